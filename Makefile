@@ -1,0 +1,112 @@
+# sandbox-agent and sandboxd. See README.md.
+#   make deps    install build and test dependencies (Debian 12, as root) and build
+#   make         build agent/sandbox-agent (static) and supervisor/sandboxd
+#   make test    unit tests (plain and ASan/UBSan) and integration tests
+#   make images  build the sandbox images with tools/build-image
+#   make bench   benchmarks; figures go to the README
+
+VERSION := 0.1.0
+CC ?= cc
+BUILD := build
+DEPS := $(BUILD)/deps/prefix
+
+WARN := -Wall -Wextra -Werror
+CFLAGS_BASE := -std=c11 $(WARN) -D_GNU_SOURCE -DVERSION='"$(VERSION)"' \
+	-Icommon -I$(DEPS)/include -ffunction-sections -fdata-sections
+CFLAGS ?= -O2 -g
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+
+COMMON_SRC := $(sort $(wildcard common/*.c))
+AGENT_SRC := $(sort $(wildcard agent/*.c))
+AGENT_EMBED := $(sort $(wildcard agent/embed/*))
+SUPERVISOR_SRC := $(sort $(wildcard supervisor/*.c))
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
+SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
+
+LIBGIT2 := $(DEPS)/lib/libgit2.a
+AGENT_LIBS := $(LIBGIT2) -lhttp_parser -lz -levent_core -ljansson -lseccomp -lpthread
+SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
+UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
+
+.PHONY: all deps test unit unit-asan integration images bench clean
+
+SUPERVISOR_TARGET := $(if $(SUPERVISOR_SRC),supervisor/sandboxd)
+
+all: agent/sandbox-agent $(SUPERVISOR_TARGET)
+
+deps:
+	tools/install-deps
+	$(MAKE) all
+
+$(LIBGIT2):
+	@echo "libgit2 is missing: run 'make deps' first (it builds a lean static libgit2 into $(DEPS))" >&2
+	@exit 1
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Files the agent carries inside itself (the IPython kernel script):
+# symbols _binary_<name>_start / _end, <name> with '.' as '_'.
+$(BUILD)/agent/embed/%.o: agent/embed/%
+	@mkdir -p $(dir $@)
+	cd agent/embed && ld -r -b binary -z noexecstack -o $(CURDIR)/$@ $*
+
+# glibc warns that getaddrinfo & co. need its shared NSS modules at run time;
+# the agent resolves no names, so that warning is filtered out, nothing else.
+agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2)
+	@rm -f $@.tmp; st=0; $(CC) -static -Wl,--gc-sections -Wl,-z,noexecstack \
+		-o $@.tmp $(AGENT_OBJ) $(COMMON_OBJ) $(AGENT_LIBS) 2>$@.log || st=$$?; \
+	grep -v -e 'statically linked applications requires at runtime' \
+		-e ': in function' $@.log >&2 || true; rm -f $@.log; \
+	test $$st -eq 0 && strip $@.tmp && mv $@.tmp $@
+	@echo "built $@ ($$(stat -c %s $@) bytes, static)"
+
+supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
+	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
+
+# Unit tests: each tests/unit/test_X.c is a cmocka program linked against
+# the common objects, built twice: plain and under ASan/UBSan.
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit/%)
+UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit-asan/%)
+COMMON_ASAN_OBJ := $(COMMON_SRC:%.c=$(BUILD)/asan/%.o)
+
+$(BUILD)/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(SAN_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/unit/%: tests/unit/%.c $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(COMMON_OBJ) $(UNIT_LIBS)
+
+$(BUILD)/unit-asan/%: tests/unit/%.c $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(SAN_FLAGS) -o $@ $< $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+unit-asan: $(UNIT_ASAN_BIN)
+	@set -e; for t in $(UNIT_ASAN_BIN); do echo "== $$t (asan/ubsan)"; \
+		ASAN_OPTIONS=detect_leaks=1 $$t; done
+
+integration: all
+	tools/run-integration
+
+test: all unit unit-asan integration
+
+images: all
+	tools/build-image all
+
+bench: all
+	tools/bench/run
+
+clean:
+	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/supervisor $(BUILD)/asan \
+		$(BUILD)/unit $(BUILD)/unit-asan agent/sandbox-agent supervisor/sandboxd
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,79 @@
+/*
+ * sandbox-agent: the HTTP API of one sandbox. One event loop; each route
+ * group lives in its own file and registers its handlers in routes.c.
+ */
+#ifndef AGENT_H
+#define AGENT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "http.h"
+#include "path.h"
+
+struct event_base;
+struct sock_fprog;
+
+struct agent_config {
+	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
+	char *workspace;
+	char *mcp_config;		/* {"mcpServers": ...} loaded at start */
+	char *tools;			/* native tool groups, comma separated */
+	char *seccomp;			/* "on" or "off" */
+	int insecure_no_token;
+	size_t output_cap;		/* per stream of a shell command */
+	size_t max_body;		/* JSON request bodies */
+	double default_timeout;		/* seconds, shell commands */
+	char *log_level;
+	int access_log;
+	char *run_as;			/* "uid:gid" for commands, when root */
+	char *python;			/* interpreter of the IPython kernel */
+	int prewarm_kernel;
+};
+
+/* One per process; lives until exit. */
+struct agent {
+	struct event_base *base;
+	struct agent_config cfg;
+	struct workspace ws;
+	struct http_server *http;
+	struct sock_fprog *confine;	/* NULL with --seccomp=off */
+	const char *shell;		/* /bin/bash, else /bin/sh */
+	char *token;			/* NULL only with --insecure-no-token */
+	char **child_env;		/* environment of commands: ours minus secrets */
+	int drop_ids;			/* commands run as uid/gid below */
+	uid_t uid;
+	gid_t gid;
+};
+
+/* routes.c */
+const struct http_route *agent_routes(size_t *n);
+
+/* health.c */
+void health_route(struct http_request *req, void *arg);
+
+/* shell.c */
+void shell_route_run(struct http_request *req, void *arg);
+
+/* confine.c: the seccomp program every command runs under. */
+struct sock_fprog *confine_build(struct error *err);
+void confine_free(struct sock_fprog *prog);
+
+/* An MCP CallToolResult with one text item per (text, description) pair;
+ * isError as given. New reference. */
+json_t *agent_tool_result(int is_error, size_t n, const char *const *texts,
+    const size_t *lens, const char *const *descriptions);
+
+struct evbuffer;
+
+/* Answer req with an MCP result whose text items are the contents of
+ * bufs[i] (drained as they go out), encoded piece by piece as the client
+ * reads, so a 16 MiB output never exists twice in memory. isError as given.
+ * done(arg) runs when the answer is out or the client left; the buffers
+ * must live until then. */
+void agent_tool_result_stream(struct http_request *req, int is_error,
+    size_t n, struct evbuffer **bufs, const char *const *descriptions,
+    void (*done)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,260 @@
+/*
+ * sandbox-agent: PID 1 of every sandbox image. Parses its options, opens the
+ * workspace, builds the seccomp program, listens, and runs one event loop
+ * until SIGTERM or SIGINT. As PID 1 it also reaps every orphan (spawn.c).
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "spawn.h"
+#include "xmalloc.h"
+
+extern char **environ;
+
+static const char synopsis[] =
+    "usage: sandbox-agent [--listen ADDR]... [--workspace DIR] "
+    "[--mcp-config FILE] [options]\n"
+    "\n"
+    "The in-sandbox agent: serves shell commands, workspace files, git,\n"
+    "IPython and MCP tools over HTTP at /X and /fastapi/X. ADDR is HOST:PORT\n"
+    "or unix:/path/to.sock (default 0.0.0.0:8000). Every request needs\n"
+    "'Authorization: Bearer $SECRET_TOKEN'.";
+
+static struct agent agent;
+static char *token_env;
+
+static const struct config_option options[] = {
+	{ "--listen", NULL, CONFIG_LIST, &agent.cfg.listen, "ADDR",
+	    "HOST:PORT or unix:/path; repeat for several (default 0.0.0.0:8000)" },
+	{ "--workspace", "WORKSPACE_DIR", CONFIG_STRING, &agent.cfg.workspace,
+	    "DIR", "the workspace root (default /workspace)" },
+	{ "--mcp-config", "MCP_CONFIG", CONFIG_STRING, &agent.cfg.mcp_config,
+	    "FILE", "MCP servers to start, {\"mcpServers\": {...}}" },
+	{ "--tools", "AGENT_TOOLS", CONFIG_STRING, &agent.cfg.tools, "LIST",
+	    "native tool groups to offer, comma separated (filesystem)" },
+	{ "--seccomp", NULL, CONFIG_STRING, &agent.cfg.seccomp, "on|off",
+	    "confine commands with the seccomp filter (default on)" },
+	{ "--insecure-no-token", NULL, CONFIG_FLAG, &agent.cfg.insecure_no_token,
+	    NULL, "serve without a token (development only!)" },
+	{ "--output-cap", "AGENT_OUTPUT_CAP", CONFIG_SIZE, &agent.cfg.output_cap,
+	    "SIZE", "bytes kept per stream of a command (default 16M)" },
+	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
+	    "SIZE", "largest JSON request body (default 32M)" },
+	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
+	    "SECONDS", "default timeout of a command (default 300)" },
+	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
+	    "UID:GID", "run commands as this user (when started as root)" },
+	{ "--python", "AGENT_PYTHON", CONFIG_STRING, &agent.cfg.python, "PATH",
+	    "Python interpreter of the IPython kernel (default python3)" },
+	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
+	    "start the IPython kernel at start, not on first use" },
+	{ "--log-level", "AGENT_LOG_LEVEL", CONFIG_STRING, &agent.cfg.log_level,
+	    "LEVEL", "debug, info, warn or error (default info)" },
+	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
+	    "BOOL", "log one line per request (default false)" },
+	{ NULL, "SECRET_TOKEN", CONFIG_STRING, &token_env, NULL,
+	    "the bearer token clients must present (required)" },
+};
+
+static void
+shutdown_cb(evutil_socket_t sig, short what, void *arg)
+{
+	(void)what;
+	(void)arg;
+	log_info("signal %d: shutting down", (int)sig);
+	http_server_close_listeners(agent.http);
+	/* Commands run in their own groups, so they would not see our
+	 * signal; as PID 1 we are the last to tell them. */
+	spawn_kill_all(SIGTERM);
+	event_base_loopexit(agent.base, NULL);
+}
+
+/* The environment of commands: ours without the token. */
+static char **
+child_environment(const char *workspace)
+{
+	size_t n = 0, o = 0;
+	char **env;
+
+	while (environ[n] != NULL)
+		n++;
+	env = xcalloc(n + 2, sizeof *env);
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(environ[i], "SECRET_TOKEN=", 13) == 0 ||
+		    strncmp(environ[i], "PWD=", 4) == 0)
+			continue;
+		env[o++] = xstrdup(environ[i]);
+	}
+	env[o++] = xasprintf("PWD=%s", workspace);
+	env[o] = NULL;
+	return env;
+}
+
+static int
+parse_run_as(const char *spec, struct error *err)
+{
+	unsigned long uid, gid;
+	char *end;
+
+	uid = strtoul(spec, &end, 10);
+	if (end == spec || *end != ':') {
+		error_set(err, 400, "--run-as: '%s' is not UID:GID", spec);
+		return -1;
+	}
+	gid = strtoul(end + 1, &end, 10);
+	if (*end != '\0') {
+		error_set(err, 400, "--run-as: '%s' is not UID:GID", spec);
+		return -1;
+	}
+	if (geteuid() != 0) {
+		log_warn("--run-as ignored: the agent does not run as root");
+		return 0;
+	}
+	agent.drop_ids = 1;
+	agent.uid = (uid_t)uid;
+	agent.gid = (gid_t)gid;
+	return 0;
+}
+
+static int
+setup(int argc, char **argv)
+{
+	struct http_server_config hc = { 0 };
+	const struct http_route *routes;
+	enum log_level level;
+	struct error err = { 0 };
+	int help, version;
+	size_t nroutes;
+
+	agent.cfg.output_cap = 16 * 1024 * 1024;
+	agent.cfg.max_body = 32 * 1024 * 1024;
+	agent.cfg.default_timeout = 300;
+	if (config_parse(options, sizeof options / sizeof options[0], argc, argv,
+	    &help, &version, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 2;
+	}
+	if (help) {
+		config_usage(stdout, synopsis, options,
+		    sizeof options / sizeof options[0]);
+		return 0;
+	}
+	if (version) {
+		printf("sandbox-agent %s\n", VERSION);
+		return 0;
+	}
+	if (agent.cfg.log_level != NULL) {
+		if (log_parse_level(agent.cfg.log_level, &level) < 0) {
+			fprintf(stderr, "sandbox-agent: --log-level: unknown "
+			    "level '%s'\n", agent.cfg.log_level);
+			return 2;
+		}
+		log_set_level(level);
+	}
+	if (agent.cfg.workspace == NULL)
+		agent.cfg.workspace = xstrdup("/workspace");
+	if (agent.cfg.listen.n == 0)
+		config_list_add(&agent.cfg.listen, "0.0.0.0:8000");
+	if (agent.cfg.seccomp == NULL)
+		agent.cfg.seccomp = xstrdup("on");
+	if (strcmp(agent.cfg.seccomp, "on") != 0 &&
+	    strcmp(agent.cfg.seccomp, "off") != 0) {
+		fprintf(stderr, "sandbox-agent: --seccomp must be on or off\n");
+		return 2;
+	}
+	if (!(agent.cfg.default_timeout > 0)) {
+		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
+		return 2;
+	}
+	if (agent.cfg.run_as != NULL && parse_run_as(agent.cfg.run_as, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 2;
+	}
+	if (token_env != NULL && token_env[0] != '\0') {
+		agent.token = token_env;
+	} else if (agent.cfg.insecure_no_token) {
+		fprintf(stderr, "\n*** sandbox-agent: WARNING: running WITHOUT a "
+		    "token (--insecure-no-token). ***\n*** Anyone who can reach "
+		    "the listen address can run any command. Development "
+		    "only. ***\n\n");
+	} else {
+		fprintf(stderr, "sandbox-agent: SECRET_TOKEN is not set; refusing "
+		    "to start without a token (use --insecure-no-token for local "
+		    "development only)\n");
+		return 2;
+	}
+	/* Commands must not see the token; /proc/1/environ keeps the
+	 * original, but is readable only by the agent's own user. */
+	unsetenv("SECRET_TOKEN");
+
+	if (workspace_open(&agent.ws, agent.cfg.workspace, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 1;
+	}
+	agent.shell = access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
+	agent.child_env = child_environment(agent.ws.root);
+	if (strcmp(agent.cfg.seccomp, "on") == 0) {
+		agent.confine = confine_build(&err);
+		if (agent.confine == NULL) {
+			fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+			return 1;
+		}
+	} else {
+		log_warn("--seccomp=off: commands run without the seccomp filter");
+	}
+
+	agent.base = event_base_new();
+	if (agent.base == NULL)
+		fatal("cannot create the event loop");
+	spawn_init(agent.base);
+	routes = agent_routes(&nroutes);
+	hc.routes = routes;
+	hc.nroutes = nroutes;
+	hc.handler_arg = &agent;
+	hc.token = agent.token;
+	hc.auth_status = 403;
+	hc.auth_missing_detail = "Not authenticated";
+	hc.auth_wrong_detail = "Invalid token";
+	hc.alias_prefix = "/fastapi";
+	hc.max_body = agent.cfg.max_body;
+	hc.access_log = agent.cfg.access_log;
+	agent.http = http_server_new(agent.base, &hc);
+	for (size_t i = 0; i < agent.cfg.listen.n; i++) {
+		if (http_server_listen(agent.http, agent.cfg.listen.v[i], &err) < 0) {
+			fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+			return 1;
+		}
+		log_info("listening on %s", agent.cfg.listen.v[i]);
+	}
+	return -1;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct event *sigterm, *sigint;
+	int rc;
+
+	log_init("sandbox-agent");
+	signal(SIGPIPE, SIG_IGN);
+	rc = setup(argc, argv);
+	if (rc >= 0)
+		return rc;
+	sigterm = evsignal_new(agent.base, SIGTERM, shutdown_cb, NULL);
+	sigint = evsignal_new(agent.base, SIGINT, shutdown_cb, NULL);
+	event_add(sigterm, NULL);
+	event_add(sigint, NULL);
+	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
+	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
+	event_base_dispatch(agent.base);
+	return 0;
+}

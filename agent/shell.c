@@ -1,0 +1,317 @@
+/*
+ * POST /tools/run_shell_command {"command", "timeout"?, "stream"?}
+ *
+ * The command runs under bash (else sh) -c in the workspace, stdin from
+ * /dev/null, in its own process group, confined by the seccomp program.
+ * Plain calls answer one MCP result when the command is done: stdout and
+ * stderr capped, a note when output was cut or the command timed out.
+ * With "stream": true the answer is NDJSON events while it runs; a client
+ * that goes away gets the command's whole group killed.
+ */
+#include "agent.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "json_util.h"
+#include "log.h"
+#include "spawn.h"
+#include "utf8.h"
+#include "xmalloc.h"
+
+#define SHELL_STREAM_HIGH (1024 * 1024)	/* pause the command past this */
+#define SHELL_KEEPALIVE_SECONDS 5
+
+/* One running command; freed when its request is answered. */
+struct shell_run {
+	struct agent *agent;
+	struct http_request *req;
+	struct spawn *sp;
+	double timeout;
+	int stream;
+	/* streaming: bytes of an unfinished UTF-8 sequence per stream */
+	char partial[3][4];
+	size_t npartial[3];
+	struct event *keepalive;
+	/* plain: the items of the answer */
+	struct evbuffer *bufs[3];
+	struct evbuffer *rc;
+};
+
+static int
+exit_code(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return -WTERMSIG(status);	/* as Python's subprocess says it */
+	return -1;
+}
+
+static void
+run_free(struct shell_run *run)
+{
+	spawn_free(run->sp);
+	if (run->keepalive != NULL)
+		event_free(run->keepalive);
+	free(run);
+}
+
+static void
+append_note(struct evbuffer *buf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+append_note(struct evbuffer *buf, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (evbuffer_get_length(buf) > 0)
+		evbuffer_add(buf, "\n", 1);
+	va_start(ap, fmt);
+	evbuffer_add_vprintf(buf, fmt, ap);
+	va_end(ap);
+}
+
+static void
+plain_done(void *arg)
+{
+	struct shell_run *run = arg;
+
+	evbuffer_free(run->rc);
+	run_free(run);
+}
+
+static void
+plain_exit(struct spawn *sp, int status, void *arg)
+{
+	static const char *const descs_all[] = { "stdout", "stderr", "returncode" };
+	static const char *const descs_quiet[] = { "stdout", "returncode" };
+	struct shell_run *run = arg;
+	struct evbuffer *out = spawn_output(sp, 1), *err = spawn_output(sp, 2);
+	int has_err;
+
+	for (int s = 1; s <= 2; s++) {
+		if (spawn_dropped(sp, s) > 0)
+			append_note(s == 1 ? out : err, "[%s truncated: %llu "
+			    "bytes over the %zu-byte limit were dropped]",
+			    s == 1 ? "stdout" : "stderr",
+			    (unsigned long long)spawn_dropped(sp, s),
+			    run->agent->cfg.output_cap);
+	}
+	if (spawn_timed_out(sp))
+		append_note(err, "[command timed out after %g seconds; its "
+		    "process group was killed]", run->timeout);
+	run->rc = evbuffer_new();
+	evbuffer_add_printf(run->rc, "%d", spawn_timed_out(sp) ? -SIGKILL :
+	    exit_code(status));
+	has_err = evbuffer_get_length(err) > 0;
+	run->bufs[0] = out;
+	run->bufs[1] = has_err ? err : run->rc;
+	run->bufs[2] = run->rc;
+	agent_tool_result_stream(run->req, has_err, has_err ? 3 : 2, run->bufs,
+	    has_err ? descs_all : descs_quiet, plain_done, run);
+}
+
+/* Streaming. */
+
+static void
+stream_event(struct shell_run *run, json_t *event)
+{
+	char *line = json_dumps(event, JSON_COMPACT);
+
+	json_decref(event);
+	http_reply_write(run->req, line, strlen(line));
+	http_reply_write(run->req, "\n", 1);
+	free(line);
+}
+
+static void
+stream_data(struct shell_run *run, int stream, const char *data, size_t len)
+{
+	char stackbuf[64 * 1024 + 8];
+	char *buf = stackbuf;
+	size_t total = run->npartial[stream] + len, whole;
+	json_t *event;
+
+	if (total > sizeof stackbuf)
+		buf = xmalloc(total);
+	memcpy(buf, run->partial[stream], run->npartial[stream]);
+	memcpy(buf + run->npartial[stream], data, len);
+	/* Hold back a UTF-8 sequence cut by the pipe; the next read ends it. */
+	whole = len > 0 ? utf8_complete_prefix(buf, total) : total;
+	run->npartial[stream] = total - whole;
+	memcpy(run->partial[stream], buf + whole, run->npartial[stream]);
+	if (whole > 0) {
+		event = json_object();
+		json_object_set_new(event, "type",
+		    json_string(stream == 1 ? "stdout" : "stderr"));
+		json_object_set_new(event, "data", utf8_json_string(buf, whole));
+		stream_event(run, event);
+	}
+	if (buf != stackbuf)
+		free(buf);
+	if (http_reply_pending(run->req) > SHELL_STREAM_HIGH)
+		spawn_pause_output(run->sp);
+}
+
+static void
+stream_output(struct spawn *sp, int stream, const char *data, size_t len,
+    void *arg)
+{
+	(void)sp;
+	stream_data(arg, stream, data, len);
+}
+
+static void
+stream_exit(struct spawn *sp, int status, void *arg)
+{
+	struct shell_run *run = arg;
+	json_t *event = json_object();
+
+	for (int s = 1; s <= 2; s++)
+		if (run->npartial[s] > 0)
+			stream_data(run, s, "", 0);
+	json_object_set_new(event, "type", json_string("end"));
+	json_object_set_new(event, "returncode", json_integer(
+	    spawn_timed_out(sp) ? -SIGKILL : exit_code(status)));
+	json_object_set_new(event, "timed_out",
+	    json_boolean(spawn_timed_out(sp)));
+	stream_event(run, event);
+	http_reply_end(run->req);
+	run_free(run);
+}
+
+static void
+stream_drain(struct http_request *req, void *arg)
+{
+	struct shell_run *run = arg;
+
+	(void)req;
+	spawn_resume_output(run->sp);
+}
+
+static void
+keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct shell_run *run = arg;
+	json_t *event = json_object();
+
+	(void)fd;
+	(void)what;
+	json_object_set_new(event, "type", json_string("keepalive"));
+	stream_event(run, event);
+}
+
+/* Client gone: nobody will read the output, so the command goes too. */
+static void
+client_gone(struct http_request *req, void *arg)
+{
+	struct shell_run *run = arg;
+
+	log_info("client of command %d went away; killing its process group",
+	    (int)spawn_pid(run->sp));
+	if (run->stream)
+		http_reply_end(req);
+	else
+		http_reply_error(req, 499, "client closed the connection");
+	run_free(run);
+	/* The exit callback of a freed spawn never runs, so no double free. */
+}
+
+void
+shell_route_run(struct http_request *req, void *arg)
+{
+	struct agent *agent = arg;
+	const char *command, *argv[4];
+	struct spawn_options opts = { 0 };
+	struct spawn_callbacks cb = { 0 };
+	struct shell_run *run;
+	struct error err = { 0 };
+	json_t *body;
+	double timeout;
+	int stream;
+
+	if ((body = http_request_json(req, &err)) == NULL ||
+	    json_get_string(body, "command", 1, &command, &err) < 0 ||
+	    json_get_number(body, "timeout", agent->cfg.default_timeout,
+	    &timeout, &err) < 0 ||
+	    json_get_bool(body, "stream", 0, &stream, &err) < 0)
+		goto fail;
+	if (command[strspn(command, " \t\r\n")] == '\0') {
+		error_set(&err, 400, "command is empty");
+		goto fail;
+	}
+	if (strlen(command) != json_string_length(json_object_get(body,
+	    "command"))) {
+		error_set(&err, 400, "command contains a NUL byte");
+		goto fail;
+	}
+	if (!(timeout > 0) || timeout > 7 * 24 * 3600) {
+		error_set(&err, 400, "timeout must be a number of seconds "
+		    "between 0 and 604800");
+		goto fail;
+	}
+
+	run = xcalloc(1, sizeof *run);
+	run->agent = agent;
+	run->req = req;
+	run->timeout = timeout;
+	run->stream = stream;
+	argv[0] = agent->shell;
+	argv[1] = "-c";
+	argv[2] = command;
+	argv[3] = NULL;
+	opts.argv = argv;
+	opts.envp = (const char *const *)agent->child_env;
+	opts.cwd = agent->ws.root;
+	opts.stdio[0] = SPAWN_NULL;
+	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
+	opts.new_group = 1;
+	opts.timeout = timeout;
+	opts.seccomp = agent->confine;
+	opts.set_ids = agent->drop_ids;
+	opts.uid = agent->uid;
+	opts.gid = agent->gid;
+	if (!stream) {
+		opts.capture_cap[1] = opts.capture_cap[2] = agent->cfg.output_cap;
+		cb.on_exit = plain_exit;
+	} else {
+		cb.on_output = stream_output;
+		cb.on_exit = stream_exit;
+	}
+	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
+	json_decref(body);
+	body = NULL;
+	if (run->sp == NULL) {
+		free(run);
+		error_prefix(&err, "cannot start the command");
+		goto fail;
+	}
+	http_request_on_close(req, client_gone, run);
+	if (stream) {
+		struct timeval tv = { SHELL_KEEPALIVE_SECONDS, 0 };
+		json_t *event = json_object();
+
+		http_request_on_drain(req, stream_drain, run);
+		http_reply_start(req, 200, "application/x-ndjson", -1);
+		json_object_set_new(event, "type", json_string("start"));
+		json_object_set_new(event, "pid",
+		    json_integer(spawn_pid(run->sp)));
+		stream_event(run, event);
+		run->keepalive = event_new(agent->base, -1, EV_PERSIST,
+		    keepalive_cb, run);
+		event_add(run->keepalive, &tv);
+	}
+	return;
+fail:
+	json_decref(body);
+	http_reply_err(req, &err);
+}

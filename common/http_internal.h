@@ -1,0 +1,117 @@
+/* Shared between the server's connection code and its reply code only. */
+#ifndef HTTP_INTERNAL_H
+#define HTTP_INTERNAL_H
+
+#include <sys/queue.h>
+#include <sys/time.h>
+
+#include <http_parser.h>
+
+#include "http.h"
+
+struct bufferevent;
+struct evconnlistener;
+struct event;
+
+struct http_header {
+	char *name;
+	char *value;
+};
+
+struct http_headers {
+	struct http_header *v;
+	size_t n, cap;
+};
+
+struct http_listener {
+	struct evconnlistener *lev;
+	char *unix_path;	/* unlinked when the listener goes */
+};
+
+struct http_server {
+	struct event_base *base;
+	struct http_server_config cfg;
+	struct http_listener *listeners;
+	size_t nlisteners;
+	int bound_port;
+	LIST_HEAD(, http_conn) conns;
+	size_t nconns;
+};
+
+/* Owned by the server; freed when the socket closes and no request of it
+ * waits to be answered. */
+struct http_conn {
+	struct http_server *server;
+	struct bufferevent *bev;
+	http_parser parser;
+	char peer[64];
+	struct http_request *req;	/* request being read or answered */
+	struct evbuffer *field;		/* header name being read */
+	struct evbuffer *value;		/* header value being read */
+	struct event *resume_ev;	/* parse buffered input after a pause */
+	int in_value;			/* last header piece was a value */
+	int waiting_reply;		/* parser paused until the reply is done */
+	int body_paused;		/* handler asked for backpressure */
+	int closing;			/* close once output is flushed */
+	int linger;			/* unread body: drain it before closing */
+	int discarding;			/* lingering: reading only to drop */
+	size_t discarded;
+	int in_parse;			/* inside http_parser_execute */
+	LIST_ENTRY(http_conn) entry;
+};
+
+enum http_reply_state {
+	REPLY_NONE,
+	REPLY_STREAMING,
+	REPLY_DONE,
+};
+
+/* Owned by the server; see the lifetime rules in http.h. */
+struct http_request {
+	struct http_conn *conn;		/* NULL once the client is gone */
+	struct http_server *server;
+	const struct http_route *route;
+	enum http_verb method;
+	const char *method_name;
+	int http_major, http_minor;
+	char *url;			/* as sent */
+	char *raw_target;		/* as sent, alias prefix removed */
+	char *raw_query;		/* points into raw_target, or NULL */
+	char *path;			/* decoded, alias prefix removed */
+	struct http_headers query;
+	struct http_headers headers;
+	int64_t content_length;
+	int keepalive;
+	struct evbuffer *body;
+	size_t body_limit;
+	int rejected;			/* answered before the body was read */
+	int dispatched;			/* handler has run */
+	int body_complete;
+	int body_aborted;		/* body callback said stop */
+
+	http_body_cb body_cb;
+	http_event_cb body_end_cb;
+	void *body_arg;
+	http_event_cb close_cb;
+	void *close_arg;
+	http_event_cb drain_cb;
+	void *drain_arg;
+
+	struct http_headers out_headers;
+	enum http_reply_state reply;
+	int reply_chunked;
+	int reply_close;		/* end the connection after this reply */
+	int status;
+	uint64_t bytes_out;
+	struct timeval started;
+};
+
+void http_headers_add(struct http_headers *h, char *name, char *value);
+const char *http_headers_get(const struct http_headers *h, const char *name);
+void http_headers_clear(struct http_headers *h);
+
+/* Called by the reply code once a reply is fully queued. */
+void http_conn_reply_done(struct http_request *req);
+void http_request_free(struct http_request *req);
+
+#endif

@@ -1,0 +1,1107 @@
+/*
+ * Connections of the HTTP server: accept, parse requests with http-parser,
+ * route, check auth and limits, and hand requests to handlers. Replies are
+ * written by http_reply.c.
+ */
+#include "http_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+#define HTTP_MAX_HEADERS	128
+#define HTTP_MAX_URL		(16 * 1024)
+#define HTTP_HEADER_TIMEOUT	60	/* seconds to send a request's headers */
+#define HTTP_IDLE_TIMEOUT	120	/* seconds a keep-alive connection may idle */
+#define HTTP_BODY_TIMEOUT	120	/* seconds between pieces of a body */
+#define HTTP_WRITE_TIMEOUT	300	/* seconds a client may stall reading */
+#define HTTP_INPUT_HIGH		(1024 * 1024)	/* stop reading past this */
+#define HTTP_DEFAULT_MAX_BODY	(32 * 1024 * 1024)
+
+static void conn_parse(struct http_conn *conn);
+static void conn_free(struct http_conn *conn);
+static void conn_set_read_timeout(struct http_conn *conn, int seconds);
+static void conn_flushed_close(struct http_conn *conn);
+
+#define HTTP_LINGER_SECONDS	2
+#define HTTP_LINGER_MAX		(64 * 1024 * 1024)
+
+void
+http_headers_add(struct http_headers *h, char *name, char *value)
+{
+	if (h->n == h->cap) {
+		h->cap = h->cap ? h->cap * 2 : 8;
+		h->v = xreallocarray(h->v, h->cap, sizeof *h->v);
+	}
+	h->v[h->n].name = name;
+	h->v[h->n].value = value;
+	h->n++;
+}
+
+const char *
+http_headers_get(const struct http_headers *h, const char *name)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		if (strcasecmp(h->v[i].name, name) == 0)
+			return h->v[i].value;
+	}
+	return NULL;
+}
+
+void
+http_headers_clear(struct http_headers *h)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->v[i].name);
+		free(h->v[i].value);
+	}
+	free(h->v);
+	memset(h, 0, sizeof *h);
+}
+
+void
+http_request_free(struct http_request *req)
+{
+	free(req->url);
+	free(req->raw_target);
+	free(req->path);
+	http_headers_clear(&req->query);
+	http_headers_clear(&req->headers);
+	http_headers_clear(&req->out_headers);
+	if (req->body != NULL)
+		evbuffer_free(req->body);
+	free(req);
+}
+
+/* Accessors. */
+
+enum http_verb
+http_request_method(struct http_request *req)
+{
+	return req->method;
+}
+
+const char *
+http_request_method_name(struct http_request *req)
+{
+	return req->method_name;
+}
+
+const char *
+http_request_path(struct http_request *req)
+{
+	return req->path;
+}
+
+const char *
+http_request_raw_target(struct http_request *req)
+{
+	return req->raw_target;
+}
+
+const char *
+http_request_raw_query(struct http_request *req)
+{
+	return req->raw_query;
+}
+
+const char *
+http_request_query(struct http_request *req, const char *name)
+{
+	for (size_t i = 0; i < req->query.n; i++) {
+		if (strcmp(req->query.v[i].name, name) == 0)
+			return req->query.v[i].value;
+	}
+	return NULL;
+}
+
+const char *
+http_request_header(struct http_request *req, const char *name)
+{
+	return http_headers_get(&req->headers, name);
+}
+
+size_t
+http_request_header_count(struct http_request *req)
+{
+	return req->headers.n;
+}
+
+void
+http_request_header_at(struct http_request *req, size_t i, const char **name,
+    const char **value)
+{
+	*name = req->headers.v[i].name;
+	*value = req->headers.v[i].value;
+}
+
+int64_t
+http_request_content_length(struct http_request *req)
+{
+	return req->content_length;
+}
+
+const char *
+http_request_peer(struct http_request *req)
+{
+	return req->conn != NULL ? req->conn->peer : "gone";
+}
+
+struct evbuffer *
+http_request_body(struct http_request *req)
+{
+	return req->body;
+}
+
+int
+http_request_connected(struct http_request *req)
+{
+	return req->conn != NULL;
+}
+
+json_t *
+http_request_json(struct http_request *req, struct error *err)
+{
+	size_t len = evbuffer_get_length(req->body);
+	json_error_t jerr;
+	json_t *json;
+
+	if (len == 0) {
+		error_set(err, 400, "request body is empty; a JSON object is expected");
+		return NULL;
+	}
+	json = json_loadb((const char *)evbuffer_pullup(req->body, -1), len,
+	    JSON_REJECT_DUPLICATES, &jerr);
+	if (json == NULL) {
+		error_set(err, 400, "malformed JSON body: %s (line %d, column %d)",
+		    jerr.text, jerr.line, jerr.column);
+		return NULL;
+	}
+	if (!json_is_object(json)) {
+		json_decref(json);
+		error_set(err, 400, "the JSON body must be an object");
+		return NULL;
+	}
+	return json;
+}
+
+void
+http_request_on_body(struct http_request *req, http_body_cb data_cb,
+    http_event_cb end_cb, void *arg)
+{
+	req->body_cb = data_cb;
+	req->body_end_cb = end_cb;
+	req->body_arg = arg;
+}
+
+void
+http_request_on_close(struct http_request *req, http_event_cb cb, void *arg)
+{
+	req->close_cb = cb;
+	req->close_arg = arg;
+}
+
+void
+http_request_on_drain(struct http_request *req, http_event_cb cb, void *arg)
+{
+	req->drain_cb = cb;
+	req->drain_arg = arg;
+}
+
+void
+http_request_pause_body(struct http_request *req)
+{
+	struct http_conn *conn = req->conn;
+
+	if (conn == NULL || conn->body_paused)
+		return;
+	conn->body_paused = 1;
+	/* Stops http_parser_execute after the current callback; the rest
+	 * stays in the input buffer, and the socket is not read meanwhile. */
+	http_parser_pause(&conn->parser, 1);
+	bufferevent_disable(conn->bev, EV_READ);
+}
+
+void
+http_request_resume_body(struct http_request *req)
+{
+	struct http_conn *conn = req->conn;
+
+	if (conn == NULL || !conn->body_paused)
+		return;
+	conn->body_paused = 0;
+	if (!conn->waiting_reply)
+		http_parser_pause(&conn->parser, 0);
+	bufferevent_enable(conn->bev, EV_READ);
+	/* Parse what is already buffered from the loop, not from inside the
+	 * caller, which may itself be in a callback of this connection. */
+	event_active(conn->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* Parsing. */
+
+static struct http_conn *
+parser_conn(http_parser *p)
+{
+	return p->data;
+}
+
+static int
+on_message_begin(http_parser *p)
+{
+	struct http_conn *conn = parser_conn(p);
+	struct http_request *req;
+
+	if (conn->req != NULL)
+		fatal("http: a request began while another is in progress");
+	req = xcalloc(1, sizeof *req);
+	req->conn = conn;
+	req->server = conn->server;
+	req->content_length = -1;
+	req->body = evbuffer_new();
+	gettimeofday(&req->started, NULL);
+	conn->req = req;
+	conn->in_value = 0;
+	evbuffer_drain(conn->field, evbuffer_get_length(conn->field));
+	evbuffer_drain(conn->value, evbuffer_get_length(conn->value));
+	conn_set_read_timeout(conn, HTTP_HEADER_TIMEOUT);
+	return 0;
+}
+
+static int
+on_url(http_parser *p, const char *at, size_t len)
+{
+	struct http_conn *conn = parser_conn(p);
+	struct http_request *req = conn->req;
+	size_t old;
+
+	if (req == NULL)
+		return 0;
+	old = req->url != NULL ? strlen(req->url) : 0;
+
+	if (old + len > HTTP_MAX_URL)
+		return -1;
+	req->url = xrealloc(req->url, old + len + 1);
+	memcpy(req->url + old, at, len);
+	req->url[old + len] = '\0';
+	return 0;
+}
+
+/* Take the whole buffer as a C string; NULL if it holds a NUL byte, which
+ * would let a header mean one thing to us and another to the next reader. */
+static char *
+evbuffer_take_string(struct evbuffer *buf)
+{
+	size_t len = evbuffer_get_length(buf);
+	char *s = xmalloc(len + 1);
+
+	evbuffer_remove(buf, s, len);
+	s[len] = '\0';
+	if (strlen(s) != len) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static int
+header_flush(struct http_conn *conn)
+{
+	struct http_request *req = conn->req;
+	char *name, *value, *end;
+
+	if (req->headers.n >= HTTP_MAX_HEADERS)
+		return -1;
+	name = evbuffer_take_string(conn->field);
+	value = evbuffer_take_string(conn->value);
+	if (name == NULL || value == NULL) {
+		free(name);
+		free(value);
+		return -1;
+	}
+	end = value + strlen(value);
+	while (end > value && (end[-1] == ' ' || end[-1] == '\t'))
+		*--end = '\0';
+	http_headers_add(&req->headers, name, value);
+	return 0;
+}
+
+static int
+on_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct http_conn *conn = parser_conn(p);
+
+	if (conn->in_value) {
+		if (header_flush(conn) < 0)
+			return -1;
+		conn->in_value = 0;
+	}
+	evbuffer_add(conn->field, at, len);
+	return 0;
+}
+
+static int
+on_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct http_conn *conn = parser_conn(p);
+
+	conn->in_value = 1;
+	evbuffer_add(conn->value, at, len);
+	return 0;
+}
+
+static int
+method_from_parser(unsigned pm, enum http_verb *method)
+{
+	switch (pm) {
+	case HTTP_DELETE: *method = HTTP_METHOD_DELETE; return 0;
+	case HTTP_GET: *method = HTTP_METHOD_GET; return 0;
+	case HTTP_HEAD: *method = HTTP_METHOD_HEAD; return 0;
+	case HTTP_POST: *method = HTTP_METHOD_POST; return 0;
+	case HTTP_PUT: *method = HTTP_METHOD_PUT; return 0;
+	case HTTP_OPTIONS: *method = HTTP_METHOD_OPTIONS; return 0;
+	case HTTP_PATCH: *method = HTTP_METHOD_PATCH; return 0;
+	default: return -1;
+	}
+}
+
+static int
+parse_query(struct http_request *req, struct error *err)
+{
+	const char *q = req->raw_query;
+
+	while (q != NULL && *q != '\0') {
+		const char *amp = strchr(q, '&'), *eq;
+		size_t len = amp != NULL ? (size_t)(amp - q) : strlen(q);
+		char *name, *value;
+
+		eq = memchr(q, '=', len);
+		if (len > 0) {
+			size_t nlen = eq != NULL ? (size_t)(eq - q) : len;
+
+			if (http_percent_decode(q, nlen, 1, &name) < 0) {
+				error_set(err, 400, "malformed query string");
+				return -1;
+			}
+			if (eq == NULL)
+				value = xstrdup("");
+			else if (http_percent_decode(eq + 1, len - nlen - 1, 1,
+			    &value) < 0) {
+				free(name);
+				error_set(err, 400, "malformed query parameter: %s",
+				    name);
+				return -1;
+			}
+			http_headers_add(&req->query, name, value);
+		}
+		q = amp != NULL ? amp + 1 : NULL;
+	}
+	return 0;
+}
+
+/* Split the URL into path and query, drop the alias prefix, decode. */
+static int
+parse_target(struct http_request *req, struct error *err)
+{
+	const char *alias = req->server->cfg.alias_prefix;
+	struct http_parser_url u;
+	const char *target = req->url;
+	char *q;
+
+	if (target == NULL || target[0] != '/') {
+		http_parser_url_init(&u);
+		if (target == NULL || http_parser_parse_url(target,
+		    strlen(target), 0, &u) != 0 ||
+		    !(u.field_set & (1 << UF_PATH))) {
+			error_set(err, 400, "malformed request target");
+			return -1;
+		}
+		/* Absolute form (a proxy-style request): keep path and query. */
+		target += u.field_data[UF_PATH].off;
+	}
+	if (alias != NULL) {
+		size_t alen = strlen(alias);
+
+		if (strncmp(target, alias, alen) == 0 &&
+		    (target[alen] == '/' || target[alen] == '?' ||
+		    target[alen] == '\0')) {
+			target += alen;
+		}
+	}
+	if (*target != '/')
+		req->raw_target = xasprintf("/%s", target);
+	else
+		req->raw_target = xstrdup(target);
+	q = strchr(req->raw_target, '?');
+	if (q != NULL) {
+		*q = '\0';
+		if (http_percent_decode(req->raw_target, strlen(req->raw_target),
+		    0, &req->path) < 0) {
+			*q = '?';
+			error_set(err, 400, "malformed percent-encoding in path");
+			return -1;
+		}
+		*q = '?';
+		req->raw_query = q + 1;
+	} else if (http_percent_decode(req->raw_target, strlen(req->raw_target),
+	    0, &req->path) < 0) {
+		error_set(err, 400, "malformed percent-encoding in path");
+		return -1;
+	}
+	/* A '#' fragment is never sent by conforming clients; drop it. */
+	if ((q = strchr(req->path, '#')) != NULL && req->raw_query == NULL)
+		*q = '\0';
+	return parse_query(req, err);
+}
+
+static int
+check_auth(struct http_request *req, struct error *err)
+{
+	const struct http_server_config *cfg = &req->server->cfg;
+	const char *h;
+
+	if (cfg->token == NULL || (req->route->flags & HTTP_ROUTE_NO_AUTH))
+		return 0;
+	h = http_request_header(req, "Authorization");
+	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
+		error_set(err, cfg->auth_status, "%s", cfg->auth_missing_detail);
+		return -1;
+	}
+	h += 7;
+	while (*h == ' ')
+		h++;
+	if (!http_token_equal(h, cfg->token)) {
+		error_set(err, cfg->auth_status, "%s", cfg->auth_wrong_detail);
+		return -1;
+	}
+	return 0;
+}
+
+/* Answer before the body was read: the connection cannot be reused because
+ * the body would be taken for the next request, so it closes after. */
+static void
+reject(struct http_request *req, const struct error *err)
+{
+	req->rejected = 1;
+	req->reply_close = 1;
+	http_parser_pause(&req->conn->parser, 1);
+	http_reply_err(req, err);
+}
+
+static void
+dispatch(struct http_request *req)
+{
+	req->dispatched = 1;
+	req->route->handler(req, req->server->cfg.handler_arg);
+}
+
+static int
+on_headers_complete(http_parser *p)
+{
+	struct http_conn *conn = parser_conn(p);
+	struct http_request *req = conn->req;
+	const struct http_server_config *cfg = &conn->server->cfg;
+	struct error err = { 0 };
+	const char *cl, *expect;
+	int mismatch;
+
+	if (req == NULL)
+		return 0;
+	if (conn->in_value && header_flush(conn) < 0)
+		return -1;
+	conn->in_value = 0;
+	req->http_major = p->http_major;
+	req->http_minor = p->http_minor;
+	req->keepalive = http_should_keep_alive(p);
+	req->method_name = http_method_str((enum http_method)p->method);
+	if (method_from_parser(p->method, &req->method) < 0) {
+		error_set(&err, 501, "method %s is not supported",
+		    req->method_name);
+		goto rejected;
+	}
+	if (parse_target(req, &err) < 0)
+		goto rejected;
+	if ((cl = http_request_header(req, "Content-Length")) != NULL)
+		req->content_length = (int64_t)p->content_length;
+	req->route = http_route_find(cfg->routes, cfg->nroutes, req->method,
+	    req->path, &mismatch);
+	if (req->route == NULL) {
+		if (mismatch)
+			error_set(&err, 405, "Method Not Allowed");
+		else
+			error_set(&err, 404, "Not Found");
+		goto rejected;
+	}
+	if (check_auth(req, &err) < 0)
+		goto rejected;
+	req->body_limit = req->route->max_body ? req->route->max_body :
+	    cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
+	if (!(req->route->flags & HTTP_ROUTE_STREAM_BODY) &&
+	    req->content_length > (int64_t)req->body_limit) {
+		error_set(&err, 413, "request body too large: %lld bytes, the "
+		    "limit is %zu", (long long)req->content_length,
+		    req->body_limit);
+		goto rejected;
+	}
+	expect = http_request_header(req, "Expect");
+	if (expect != NULL && strcasecmp(expect, "100-continue") == 0 &&
+	    req->http_major == 1 && req->http_minor >= 1) {
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+		bufferevent_write(conn->bev, cont, sizeof cont - 1);
+	}
+	conn_set_read_timeout(conn, HTTP_BODY_TIMEOUT);
+	if (req->route->flags & HTTP_ROUTE_STREAM_BODY)
+		dispatch(req);
+	return 0;
+rejected:
+	reject(req, &err);
+	return 0;
+}
+
+static int
+on_body(http_parser *p, const char *at, size_t len)
+{
+	struct http_conn *conn = parser_conn(p);
+	struct http_request *req = conn->req;
+
+	if (req == NULL || req->rejected || req->body_aborted)
+		return 0;
+	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
+		if (req->body_cb == NULL || req->reply == REPLY_DONE)
+			return 0;
+		if (req->body_cb(req, at, len, req->body_arg) < 0) {
+			req->body_aborted = 1;
+			req->reply_close = 1;
+			http_parser_pause(p, 1);
+		}
+		return 0;
+	}
+	if (evbuffer_get_length(req->body) + len > req->body_limit) {
+		struct error err;
+
+		error_set(&err, 413, "request body too large: the limit is %zu "
+		    "bytes", req->body_limit);
+		reject(req, &err);
+		return 0;
+	}
+	evbuffer_add(req->body, at, len);
+	return 0;
+}
+
+static int
+on_message_complete(http_parser *p)
+{
+	struct http_conn *conn = parser_conn(p);
+	struct http_request *req = conn->req;
+
+	if (req == NULL)
+		return 0;
+	req->body_complete = 1;
+	/* One request at a time: pipelined requests wait in the input buffer
+	 * until this one is answered. */
+	http_parser_pause(p, 1);
+	conn->waiting_reply = 1;
+	conn_set_read_timeout(conn, 0);
+	if (req->rejected || req->body_aborted) {
+		if (req->reply == REPLY_DONE)
+			http_conn_reply_done(req);
+		return 0;
+	}
+	if (!req->dispatched)
+		dispatch(req);
+	else if (req->body_end_cb != NULL && req->reply != REPLY_DONE)
+		req->body_end_cb(req, req->body_arg);
+	else if (req->reply == REPLY_DONE)
+		http_conn_reply_done(req);
+	return 0;
+}
+
+static const http_parser_settings parser_settings = {
+	.on_message_begin = on_message_begin,
+	.on_url = on_url,
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+/* Connections. */
+
+static void
+conn_set_read_timeout(struct http_conn *conn, int seconds)
+{
+	struct timeval rtv = { seconds, 0 }, wtv = { HTTP_WRITE_TIMEOUT, 0 };
+
+	bufferevent_set_timeouts(conn->bev, seconds > 0 ? &rtv : NULL, &wtv);
+}
+
+static void
+conn_bad_request(struct http_conn *conn, const char *why)
+{
+	struct http_request *req = conn->req;
+	char body[256], head[256];
+	int blen, hlen;
+
+	/* A request whose handler already runs will answer (into the void). */
+	if (req != NULL && !req->dispatched) {
+		conn->req = NULL;
+		http_request_free(req);
+		req = NULL;
+	}
+	if (req == NULL) {
+		blen = snprintf(body, sizeof body,
+		    "{\"detail\":\"malformed HTTP request: %s\"}", why);
+		hlen = snprintf(head, sizeof head, "HTTP/1.1 400 Bad Request\r\n"
+		    "Content-Type: application/json\r\nContent-Length: %d\r\n"
+		    "Connection: close\r\n\r\n", blen);
+		bufferevent_write(conn->bev, head, (size_t)hlen);
+		bufferevent_write(conn->bev, body, (size_t)blen);
+	}
+	conn->closing = 1;
+	conn->linger = 1;
+	bufferevent_disable(conn->bev, EV_READ);
+	bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
+	if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+		conn_flushed_close(conn);
+}
+
+static void
+conn_parse(struct http_conn *conn)
+{
+	struct evbuffer *in = bufferevent_get_input(conn->bev);
+
+	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
+		struct evbuffer_iovec vec;
+		size_t n;
+		enum http_errno e;
+
+		if (evbuffer_peek(in, -1, NULL, &vec, 1) < 1 || vec.iov_len == 0)
+			return;
+		conn->in_parse = 1;
+		n = http_parser_execute(&conn->parser, &parser_settings,
+		    vec.iov_base, vec.iov_len);
+		conn->in_parse = 0;
+		evbuffer_drain(in, n);
+		e = HTTP_PARSER_ERRNO(&conn->parser);
+		if (e == HPE_PAUSED)
+			return;
+		if (e != HPE_OK) {
+			log_debug("http %s: bad request: %s", conn->peer,
+			    http_errno_description(e));
+			conn_bad_request(conn, http_errno_name(e));
+			return;
+		}
+	}
+}
+
+static void
+conn_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	conn_parse(arg);
+}
+
+/* The reply of conn->req is fully queued: move to the next request. */
+void
+http_conn_reply_done(struct http_request *req)
+{
+	struct http_conn *conn = req->conn;
+
+	if (conn == NULL) {
+		http_request_free(req);
+		return;
+	}
+	/* Answered before the whole body came in: the rest of the body would
+	 * be read as the next request, so this connection ends here. */
+	if (!req->body_complete) {
+		req->reply_close = 1;
+		conn->linger = 1;
+		http_parser_pause(&conn->parser, 1);
+	}
+	conn->req = NULL;
+	if (req->reply_close || !req->keepalive)
+		conn->closing = 1;
+	http_request_free(req);
+	if (conn->closing) {
+		bufferevent_disable(conn->bev, EV_READ);
+		bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
+		if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0 &&
+		    !conn->in_parse)
+			conn_flushed_close(conn);
+		return;
+	}
+	conn->waiting_reply = 0;
+	if (!conn->body_paused)
+		http_parser_pause(&conn->parser, 0);
+	conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
+	bufferevent_enable(conn->bev, EV_READ);
+	if (!conn->in_parse &&
+	    evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
+		event_active(conn->resume_ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * Closing while the client may still be sending (we answered before its
+ * body was read): closing now would make the kernel send a reset that can
+ * destroy our answer before the client reads it. So, as nginx does, shut
+ * our side, read and drop for a moment, then close.
+ */
+static void
+conn_flushed_close(struct http_conn *conn)
+{
+	if (!conn->linger) {
+		conn_free(conn);
+		return;
+	}
+	conn->linger = 0;
+	conn->discarding = 1;
+	shutdown(bufferevent_getfd(conn->bev), SHUT_WR);
+	evbuffer_drain(bufferevent_get_input(conn->bev),
+	    evbuffer_get_length(bufferevent_get_input(conn->bev)));
+	bufferevent_setwatermark(conn->bev, EV_READ, 0, 0);
+	conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
+	bufferevent_enable(conn->bev, EV_READ);
+}
+
+static void
+conn_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct http_conn *conn = arg;
+
+	if (conn->discarding) {
+		struct evbuffer *in = bufferevent_get_input(bev);
+
+		conn->discarded += evbuffer_get_length(in);
+		evbuffer_drain(in, evbuffer_get_length(in));
+		if (conn->discarded > HTTP_LINGER_MAX)
+			conn_free(conn);
+		return;
+	}
+	conn_parse(conn);
+}
+
+static void
+conn_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct http_conn *conn = arg;
+	struct http_request *req = conn->req;
+
+	if (conn->discarding)
+		return;
+	if (conn->closing) {
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0 &&
+		    !conn->in_parse)
+			conn_flushed_close(conn);
+		return;
+	}
+	if (req != NULL && req->reply == REPLY_STREAMING && req->drain_cb != NULL)
+		req->drain_cb(req, req->drain_arg);
+}
+
+/* The client is gone (or timed out): tell the request in flight. */
+static void
+conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct http_conn *conn = arg;
+	struct http_request *req = conn->req;
+
+	(void)bev;
+	if (what & BEV_EVENT_ERROR)
+		log_debug("http %s: connection error: %s", conn->peer,
+		    strerror(EVUTIL_SOCKET_ERROR()));
+	if (req != NULL) {
+		conn->req = NULL;
+		req->conn = NULL;
+		if (!req->dispatched || req->reply == REPLY_DONE) {
+			http_request_free(req);
+		} else if (req->close_cb != NULL) {
+			http_event_cb cb = req->close_cb;
+
+			req->close_cb = NULL;
+			cb(req, req->close_arg);
+		}
+	}
+	conn_free(conn);
+}
+
+static void
+conn_free(struct http_conn *conn)
+{
+	if (conn->in_parse)
+		fatal("http: connection freed while parsing");
+	if (conn->req != NULL) {
+		struct http_request *req = conn->req;
+
+		conn->req = NULL;
+		req->conn = NULL;
+		if (!req->dispatched || req->reply == REPLY_DONE)
+			http_request_free(req);
+		else if (req->close_cb != NULL)
+			req->close_cb(req, req->close_arg);
+	}
+	LIST_REMOVE(conn, entry);
+	conn->server->nconns--;
+	bufferevent_free(conn->bev);
+	event_free(conn->resume_ev);
+	evbuffer_free(conn->field);
+	evbuffer_free(conn->value);
+	free(conn);
+}
+
+static void
+accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
+    struct sockaddr *sa, int salen, void *arg)
+{
+	struct http_server *server = arg;
+	struct http_conn *conn;
+	int one = 1;
+
+	(void)lev;
+	(void)salen;
+	conn = xcalloc(1, sizeof *conn);
+	conn->server = server;
+	if (sa->sa_family == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)sa;
+		char ip[INET_ADDRSTRLEN];
+
+		inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip);
+		snprintf(conn->peer, sizeof conn->peer, "%s:%u", ip,
+		    ntohs(sin->sin_port));
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	} else if (sa->sa_family == AF_INET6) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)sa;
+		char ip[INET6_ADDRSTRLEN];
+
+		inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof ip);
+		snprintf(conn->peer, sizeof conn->peer, "[%s]:%u", ip,
+		    ntohs(sin6->sin6_port));
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	} else {
+		snprintf(conn->peer, sizeof conn->peer, "unix");
+	}
+	conn->bev = bufferevent_socket_new(server->base, fd,
+	    BEV_OPT_CLOSE_ON_FREE);
+	if (conn->bev == NULL) {
+		log_warn("http: cannot set up a connection from %s", conn->peer);
+		close(fd);
+		free(conn);
+		return;
+	}
+	conn->field = evbuffer_new();
+	conn->value = evbuffer_new();
+	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
+	http_parser_init(&conn->parser, HTTP_REQUEST);
+	conn->parser.data = conn;
+	LIST_INSERT_HEAD(&server->conns, conn, entry);
+	server->nconns++;
+	bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb,
+	    conn);
+	bufferevent_setwatermark(conn->bev, EV_READ, 0, HTTP_INPUT_HIGH);
+	bufferevent_setwatermark(conn->bev, EV_WRITE, 256 * 1024, 0);
+	conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
+	bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+}
+
+static void
+accept_error_cb(struct evconnlistener *lev, void *arg)
+{
+	int e = EVUTIL_SOCKET_ERROR();
+
+	(void)lev;
+	(void)arg;
+	/* EMFILE and friends: keep serving the connections we have. */
+	log_warn("http: accept failed: %s", strerror(e));
+}
+
+struct http_server *
+http_server_new(struct event_base *base, const struct http_server_config *cfg)
+{
+	struct http_server *server = xcalloc(1, sizeof *server);
+
+	server->base = base;
+	server->cfg = *cfg;
+	if (server->cfg.auth_status == 0)
+		server->cfg.auth_status = 403;
+	if (server->cfg.auth_missing_detail == NULL)
+		server->cfg.auth_missing_detail = "Authentication required";
+	if (server->cfg.auth_wrong_detail == NULL)
+		server->cfg.auth_wrong_detail = "Invalid token";
+	LIST_INIT(&server->conns);
+	return server;
+}
+
+static int
+listen_unix(struct http_server *server, const char *path, struct error *err)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct evconnlistener *lev;
+	struct http_listener *l;
+	struct stat st;
+	int fd;
+
+	if (strlen(path) >= sizeof sun.sun_path) {
+		error_set(err, 400, "unix socket path too long: %s", path);
+		return -1;
+	}
+	strcpy(sun.sun_path, path);
+	/* A socket left by an earlier run that died; never remove a file
+	 * that is not a socket. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			error_set(err, 409, "%s exists and is not a socket", path);
+			return -1;
+		}
+		unlink(path);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		error_set_errno(err, 500, errno, "socket");
+		return -1;
+	}
+	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
+		error_set_errno(err, 500, errno, "cannot bind %s", path);
+		close(fd);
+		return -1;
+	}
+	/* Whoever can reach the socket still needs the token. */
+	chmod(path, 0666);
+	lev = evconnlistener_new(server->base, accept_cb, server,
+	    LEV_OPT_CLOSE_ON_FREE, 1024, fd);
+	if (lev == NULL) {
+		error_set_errno(err, 500, errno, "cannot listen on %s", path);
+		close(fd);
+		unlink(path);
+		return -1;
+	}
+	evconnlistener_set_error_cb(lev, accept_error_cb);
+	server->listeners = xreallocarray(server->listeners,
+	    server->nlisteners + 1, sizeof *server->listeners);
+	l = &server->listeners[server->nlisteners++];
+	l->lev = lev;
+	l->unix_path = xstrdup(path);
+	return 0;
+}
+
+static int
+listen_tcp(struct http_server *server, const char *addr, struct error *err)
+{
+	struct sockaddr_storage ss;
+	int sslen = sizeof ss;
+	struct evconnlistener *lev;
+	struct http_listener *l;
+	const char *colon = strrchr(addr, ':');
+	char *spec;
+
+	if (colon == NULL) {
+		error_set(err, 400, "listen address %s is not HOST:PORT or "
+		    "unix:/path", addr);
+		return -1;
+	}
+	/* Resolve no names: a static binary has no NSS, and a listen
+	 * address should be explicit anyway. */
+	if (strncmp(addr, "localhost:", 10) == 0)
+		spec = xasprintf("127.0.0.1%s", colon);
+	else
+		spec = xstrdup(addr);
+	memset(&ss, 0, sizeof ss);
+	if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss,
+	    &sslen) < 0 || (colon[1] < '0' || colon[1] > '9')) {
+		error_set(err, 400, "bad listen address %s (want HOST:PORT with "
+		    "a numeric host, or unix:/path)", addr);
+		free(spec);
+		return -1;
+	}
+	free(spec);
+	lev = evconnlistener_new_bind(server->base, accept_cb, server,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+	    1024, (struct sockaddr *)&ss, sslen);
+	if (lev == NULL) {
+		error_set_errno(err, 500, errno, "cannot listen on %s", addr);
+		return -1;
+	}
+	evconnlistener_set_error_cb(lev, accept_error_cb);
+	sslen = sizeof ss;
+	if (getsockname(evconnlistener_get_fd(lev), (struct sockaddr *)&ss,
+	    (socklen_t *)&sslen) == 0) {
+		if (ss.ss_family == AF_INET)
+			server->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			server->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	server->listeners = xreallocarray(server->listeners,
+	    server->nlisteners + 1, sizeof *server->listeners);
+	l = &server->listeners[server->nlisteners++];
+	l->lev = lev;
+	l->unix_path = NULL;
+	return 0;
+}
+
+int
+http_server_listen(struct http_server *server, const char *addr,
+    struct error *err)
+{
+	if (strncmp(addr, "unix:", 5) == 0)
+		return listen_unix(server, addr + 5, err);
+	return listen_tcp(server, addr, err);
+}
+
+int
+http_server_bound_port(struct http_server *server)
+{
+	return server->bound_port;
+}
+
+size_t
+http_server_connections(struct http_server *server)
+{
+	return server->nconns;
+}
+
+void
+http_server_close_listeners(struct http_server *server)
+{
+	struct http_conn *conn, *next;
+
+	for (size_t i = 0; i < server->nlisteners; i++) {
+		evconnlistener_free(server->listeners[i].lev);
+		if (server->listeners[i].unix_path != NULL) {
+			unlink(server->listeners[i].unix_path);
+			free(server->listeners[i].unix_path);
+		}
+	}
+	free(server->listeners);
+	server->listeners = NULL;
+	server->nlisteners = 0;
+	for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
+		next = LIST_NEXT(conn, entry);
+		if (conn->req == NULL)
+			conn_free(conn);
+	}
+}
+
+void
+http_server_free(struct http_server *server)
+{
+	http_server_close_listeners(server);
+	while (!LIST_EMPTY(&server->conns))
+		conn_free(LIST_FIRST(&server->conns));
+	free(server);
+}

@@ -1,0 +1,29 @@
+/* Reading typed fields of request objects with clear 400 errors. A JSON
+ * null counts as absent. */
+#ifndef JSON_UTIL_H
+#define JSON_UTIL_H
+
+#include <jansson.h>
+
+#include "error.h"
+
+/* *out points into obj (borrowed); NULL when absent and not required. */
+int json_get_string(json_t *obj, const char *key, int required,
+    const char **out, struct error *err);
+int json_get_bool(json_t *obj, const char *key, int def, int *out,
+    struct error *err);
+int json_get_number(json_t *obj, const char *key, double def, double *out,
+    struct error *err);
+/* Borrowed; NULL when absent and not required. */
+int json_get_object(json_t *obj, const char *key, int required, json_t **out,
+    struct error *err);
+int json_get_array(json_t *obj, const char *key, int required, json_t **out,
+    struct error *err);
+
+struct evbuffer;
+
+/* Append s (valid UTF-8) as the inside of a JSON string literal, escaped as
+ * jansson would: for writing large strings without building them in memory. */
+void json_escape_append(struct evbuffer *out, const char *s, size_t len);
+
+#endif

@@ -1,0 +1,98 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *log_program = "?";
+static enum log_level log_level = LOG_INFO;
+
+static const char *const level_names[] = {
+	[LOG_DEBUG] = "debug",
+	[LOG_INFO] = "info",
+	[LOG_WARN] = "warn",
+	[LOG_ERROR] = "error",
+};
+
+void
+log_init(const char *program)
+{
+	log_program = program;
+}
+
+void
+log_set_level(enum log_level level)
+{
+	log_level = level;
+}
+
+int
+log_parse_level(const char *name, enum log_level *level)
+{
+	for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
+		if (strcasecmp(name, level_names[i]) == 0) {
+			*level = (enum log_level)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int
+log_enabled(enum log_level level)
+{
+	return level >= log_level;
+}
+
+static void
+log_vmsg(enum log_level level, const char *fmt, va_list ap)
+{
+	char line[4096], stamp[32];
+	struct timeval tv;
+	struct tm tm;
+	int n;
+
+	gettimeofday(&tv, NULL);
+	gmtime_r(&tv.tv_sec, &tm);
+	strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+	n = snprintf(line, sizeof line, "%s.%03ldZ %s[%ld] %s: ", stamp,
+	    (long)(tv.tv_usec / 1000), log_program, (long)getpid(),
+	    level_names[level]);
+	if (n < 0 || (size_t)n >= sizeof line)
+		n = 0;
+	vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+	n = (int)strlen(line);
+	if ((size_t)n >= sizeof line - 1)
+		n = (int)sizeof line - 2;
+	line[n++] = '\n';
+	/* One write per line so lines of concurrent processes do not mix. */
+	if (write(STDERR_FILENO, line, (size_t)n) < 0)
+		return;
+}
+
+void
+log_msg(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!log_enabled(level))
+		return;
+	va_start(ap, fmt);
+	log_vmsg(level, fmt, ap);
+	va_end(ap);
+}
+
+void
+fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vmsg(LOG_ERROR, fmt, ap);
+	va_end(ap);
+	abort();
+}

@@ -1,0 +1,495 @@
+#include "spawn.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/queue.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+/* After the child exits, how long its background children may keep the
+ * output pipes open before we stop waiting for end of file. */
+#define SPAWN_EXIT_GRACE_MS 200
+#define SPAWN_READ_CHUNK (64 * 1024)
+
+struct spawn_stream {
+	int fd;
+	struct event *ev;
+	struct evbuffer *buf;
+	size_t cap;
+	uint64_t kept;
+	uint64_t dropped;
+};
+
+/* Owned by whoever called spawn_start; freed by spawn_free. */
+struct spawn {
+	struct event_base *base;
+	pid_t pid;
+	int group;
+	int exited;
+	int status;
+	int timed_out;
+	int done;		/* on_exit has been called */
+	int paused;
+	struct spawn_stream out[3];	/* [1] stdout, [2] stderr; [0] unused */
+	int pipe_fd[3];		/* SPAWN_PIPE ends for the caller */
+	struct event *timer;
+	struct event *grace;
+	struct spawn_callbacks cb;
+	void *arg;
+	LIST_ENTRY(spawn) entry;
+};
+
+static LIST_HEAD(, spawn) spawn_children = LIST_HEAD_INITIALIZER(spawn_children);
+static struct event *spawn_sigchld;
+
+static void spawn_check_done(struct spawn *sp);
+
+static void
+sigchld_cb(evutil_socket_t sig, short what, void *arg)
+{
+	pid_t pid;
+	int status;
+
+	(void)sig;
+	(void)what;
+	(void)arg;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct spawn *sp;
+
+		LIST_FOREACH(sp, &spawn_children, entry) {
+			if (sp->pid == pid)
+				break;
+		}
+		if (sp == NULL)
+			continue;	/* an orphan we inherited as PID 1 */
+		sp->exited = 1;
+		sp->status = status;
+		if (sp->timer != NULL)
+			event_del(sp->timer);
+		spawn_check_done(sp);
+	}
+}
+
+void
+spawn_init(struct event_base *base)
+{
+	if (spawn_sigchld != NULL)
+		return;
+	spawn_sigchld = evsignal_new(base, SIGCHLD, sigchld_cb, NULL);
+	event_add(spawn_sigchld, NULL);
+	/* Children that exited before the handler was in place. */
+	sigchld_cb(SIGCHLD, 0, NULL);
+}
+
+static void
+stream_close(struct spawn_stream *s)
+{
+	if (s->ev != NULL) {
+		event_free(s->ev);
+		s->ev = NULL;
+	}
+	if (s->fd >= 0) {
+		close(s->fd);
+		s->fd = -1;
+	}
+}
+
+static int
+streams_open(struct spawn *sp)
+{
+	return sp->out[1].fd >= 0 || sp->out[2].fd >= 0;
+}
+
+static void
+finish(struct spawn *sp)
+{
+	sp->done = 1;
+	if (sp->grace != NULL)
+		event_del(sp->grace);
+	stream_close(&sp->out[1]);
+	stream_close(&sp->out[2]);
+	if (sp->cb.on_exit != NULL)
+		sp->cb.on_exit(sp, sp->status, sp->arg);
+}
+
+static void
+grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct spawn *sp = arg;
+
+	(void)fd;
+	(void)what;
+	if (!sp->done)
+		finish(sp);
+}
+
+static void
+spawn_check_done(struct spawn *sp)
+{
+	struct timeval tv = { 0, SPAWN_EXIT_GRACE_MS * 1000 };
+
+	if (sp->done || !sp->exited)
+		return;
+	if (!streams_open(sp)) {
+		finish(sp);
+		return;
+	}
+	/* Drain what is already in the pipes, then wait a little for EOF. */
+	if (sp->grace == NULL) {
+		sp->grace = evtimer_new(sp->base, grace_cb, sp);
+		evtimer_add(sp->grace, &tv);
+	}
+}
+
+static void
+read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct spawn *sp = arg;
+	int stream = sp->out[1].fd == fd ? 1 : 2;
+	struct spawn_stream *s = &sp->out[stream];
+	char buf[SPAWN_READ_CHUNK];
+	ssize_t n;
+
+	(void)what;
+	n = read(fd, buf, sizeof buf);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		stream_close(s);
+		spawn_check_done(sp);
+		return;
+	}
+	if (s->cap > 0 && s->kept + (uint64_t)n > s->cap) {
+		size_t keep = (size_t)(s->cap - s->kept);
+
+		s->dropped += (uint64_t)n - keep;
+		n = (ssize_t)keep;
+	}
+	if (n == 0)
+		return;
+	s->kept += (uint64_t)n;
+	if (sp->cb.on_output != NULL)
+		sp->cb.on_output(sp, stream, buf, (size_t)n, sp->arg);
+	else
+		evbuffer_add(s->buf, buf, (size_t)n);
+}
+
+static void
+timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct spawn *sp = arg;
+
+	(void)fd;
+	(void)what;
+	if (sp->exited)
+		return;
+	sp->timed_out = 1;
+	spawn_kill(sp, SIGKILL);
+}
+
+/* In the child, between fork and exec: only async-signal-safe calls. On
+ * failure, the errno goes to the parent through errfd. */
+static void __attribute__((noreturn))
+child_exec(const struct spawn_options *o, int fds[3], int errfd)
+{
+	sigset_t none;
+	int e;
+
+	if (o->new_group)
+		setpgid(0, 0);
+	for (int i = 0; i < 3; i++) {
+		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
+			goto fail;
+	}
+	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
+	 * into commands: "yes | head" needs SIGPIPE to end yes. */
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (o->cwd != NULL && chdir(o->cwd) < 0)
+		goto fail;
+	if (o->set_ids) {
+		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
+		    setuid(o->uid) < 0)
+			goto fail;
+	}
+	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd != errfd)
+				close(fd);
+	}
+	if (o->seccomp != NULL) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
+		    o->seccomp) < 0)
+			goto fail;
+	}
+	if (o->envp != NULL)
+		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
+	else
+		execv(o->argv[0], (char *const *)o->argv);
+fail:
+	e = errno;
+	if (write(errfd, &e, sizeof e) < 0)
+		_exit(127);
+	_exit(127);
+}
+
+static int
+make_pipe(int p[2], struct error *err)
+{
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		error_set_errno(err, 500, errno, "pipe");
+		return -1;
+	}
+	return 0;
+}
+
+struct spawn *
+spawn_start(struct event_base *base, const struct spawn_options *o,
+    const struct spawn_callbacks *cb, void *arg, struct error *err)
+{
+	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
+	int errpipe[2] = { -1, -1 }, devnull = -1, e = 0;
+	struct spawn *sp;
+	ssize_t n;
+	pid_t pid;
+
+	for (int i = 0; i < 3; i++) {
+		int p[2];
+
+		switch (o->stdio[i]) {
+		case SPAWN_NULL:
+			if (devnull < 0 &&
+			    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+				error_set_errno(err, 500, errno, "/dev/null");
+				goto fail;
+			}
+			child_fd[i] = devnull;
+			break;
+		case SPAWN_INHERIT:
+			child_fd[i] = i;
+			break;
+		case SPAWN_CAPTURE:
+		case SPAWN_PIPE:
+			if (make_pipe(p, err) < 0)
+				goto fail;
+			/* stdin: the child reads p[0]; others: it writes p[1] */
+			child_fd[i] = i == 0 ? p[0] : p[1];
+			parent_fd[i] = i == 0 ? p[1] : p[0];
+			break;
+		}
+	}
+	if (make_pipe(errpipe, err) < 0)
+		goto fail;
+	pid = fork();
+	if (pid < 0) {
+		error_set_errno(err, 500, errno, "fork");
+		goto fail;
+	}
+	if (pid == 0) {
+		close(errpipe[0]);
+		child_exec(o, child_fd, errpipe[1]);
+	}
+	close(errpipe[1]);
+	errpipe[1] = -1;
+	/* Set the group from here too, so a kill right after start cannot
+	 * race the child's own setpgid. */
+	if (o->new_group)
+		setpgid(pid, pid);
+	do
+		n = read(errpipe[0], &e, sizeof e);
+	while (n < 0 && errno == EINTR);
+	close(errpipe[0]);
+	errpipe[0] = -1;
+	for (int i = 0; i < 3; i++) {
+		if (o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE)
+			close(child_fd[i]);
+	}
+	if (devnull >= 0)
+		close(devnull);
+	devnull = -1;
+	if (n == (ssize_t)sizeof e) {
+		/* exec failed; the child has exited with 127. */
+		waitpid(pid, NULL, 0);
+		for (int i = 0; i < 3; i++)
+			if (parent_fd[i] >= 0)
+				close(parent_fd[i]);
+		error_set_errno(err, e == ENOENT ? 404 : 500, e,
+		    "cannot execute %s", o->argv[0]);
+		return NULL;
+	}
+
+	sp = xcalloc(1, sizeof *sp);
+	sp->base = base;
+	sp->pid = pid;
+	sp->group = o->new_group;
+	if (cb != NULL)
+		sp->cb = *cb;
+	sp->arg = arg;
+	for (int i = 0; i < 3; i++) {
+		sp->out[i].fd = -1;
+		sp->pipe_fd[i] = -1;
+		if (o->stdio[i] == SPAWN_PIPE) {
+			sp->pipe_fd[i] = parent_fd[i];
+		} else if (o->stdio[i] == SPAWN_CAPTURE && i > 0) {
+			struct spawn_stream *s = &sp->out[i];
+
+			s->fd = parent_fd[i];
+			s->cap = o->capture_cap[i];
+			s->buf = evbuffer_new();
+			fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+			s->ev = event_new(base, s->fd, EV_READ | EV_PERSIST,
+			    read_cb, sp);
+			event_add(s->ev, NULL);
+		} else if (parent_fd[i] >= 0) {
+			close(parent_fd[i]);	/* capture of stdin: nothing */
+		}
+	}
+	if (o->timeout > 0) {
+		struct timeval tv;
+
+		tv.tv_sec = (time_t)o->timeout;
+		tv.tv_usec = (suseconds_t)((o->timeout - (double)tv.tv_sec) * 1e6);
+		sp->timer = evtimer_new(base, timeout_cb, sp);
+		evtimer_add(sp->timer, &tv);
+	}
+	LIST_INSERT_HEAD(&spawn_children, sp, entry);
+	return sp;
+fail:
+	for (int i = 0; i < 3; i++) {
+		if (parent_fd[i] >= 0)
+			close(parent_fd[i]);
+		if (child_fd[i] > 2 && child_fd[i] != devnull)
+			close(child_fd[i]);
+	}
+	if (devnull >= 0)
+		close(devnull);
+	if (errpipe[0] >= 0)
+		close(errpipe[0]);
+	if (errpipe[1] >= 0)
+		close(errpipe[1]);
+	return NULL;
+}
+
+pid_t
+spawn_pid(struct spawn *sp)
+{
+	return sp->pid;
+}
+
+int
+spawn_take_fd(struct spawn *sp, int stream)
+{
+	int fd = sp->pipe_fd[stream];
+
+	sp->pipe_fd[stream] = -1;
+	return fd;
+}
+
+void
+spawn_kill(struct spawn *sp, int sig)
+{
+	if (sp->exited && !sp->group)
+		return;
+	/* The group outlives its leader while background jobs run. */
+	if (sp->group)
+		kill(-sp->pid, sig);
+	else
+		kill(sp->pid, sig);
+}
+
+int
+spawn_timed_out(struct spawn *sp)
+{
+	return sp->timed_out;
+}
+
+int
+spawn_exited(struct spawn *sp)
+{
+	return sp->exited;
+}
+
+struct evbuffer *
+spawn_output(struct spawn *sp, int stream)
+{
+	return sp->out[stream].buf;
+}
+
+uint64_t
+spawn_dropped(struct spawn *sp, int stream)
+{
+	return sp->out[stream].dropped;
+}
+
+void
+spawn_pause_output(struct spawn *sp)
+{
+	if (sp->paused)
+		return;
+	sp->paused = 1;
+	for (int i = 1; i < 3; i++)
+		if (sp->out[i].ev != NULL)
+			event_del(sp->out[i].ev);
+}
+
+void
+spawn_resume_output(struct spawn *sp)
+{
+	if (!sp->paused)
+		return;
+	sp->paused = 0;
+	for (int i = 1; i < 3; i++)
+		if (sp->out[i].ev != NULL)
+			event_add(sp->out[i].ev, NULL);
+}
+
+void
+spawn_free(struct spawn *sp)
+{
+	if (sp == NULL)
+		return;
+	if (!sp->exited)
+		spawn_kill(sp, SIGKILL);
+	/* The reaper still collects the pid; it is just not ours to report. */
+	LIST_REMOVE(sp, entry);
+	for (int i = 1; i < 3; i++) {
+		stream_close(&sp->out[i]);
+		if (sp->out[i].buf != NULL)
+			evbuffer_free(sp->out[i].buf);
+	}
+	for (int i = 0; i < 3; i++)
+		if (sp->pipe_fd[i] >= 0)
+			close(sp->pipe_fd[i]);
+	if (sp->timer != NULL)
+		event_free(sp->timer);
+	if (sp->grace != NULL)
+		event_free(sp->grace);
+	free(sp);
+}
+
+void
+spawn_kill_all(int sig)
+{
+	struct spawn *sp;
+
+	LIST_FOREACH(sp, &spawn_children, entry)
+		spawn_kill(sp, sig);
+}

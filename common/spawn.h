@@ -1,0 +1,82 @@
+/*
+ * Child processes on the event loop: fork + exec with each standard stream
+ * sent to /dev/null, inherited, captured by the runner (with a byte cap), or
+ * handed to the caller as a pipe; its own process group; a timeout that kills
+ * the whole group; an optional seccomp program applied just before exec; and
+ * one SIGCHLD reaper for the process, which also reaps orphans (the agent is
+ * PID 1 in its container).
+ */
+#ifndef SPAWN_H
+#define SPAWN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+struct event_base;
+struct evbuffer;
+struct sock_fprog;
+struct spawn;
+
+enum spawn_stdio {
+	SPAWN_NULL,	/* /dev/null */
+	SPAWN_INHERIT,	/* our own descriptor */
+	SPAWN_CAPTURE,	/* read by the runner: on_output, or kept in a buffer */
+	SPAWN_PIPE,	/* a pipe whose other end the caller gets and owns */
+};
+
+struct spawn_options {
+	const char *const *argv;	/* argv[0] is the path to execute */
+	const char *const *envp;	/* NULL: our environment */
+	const char *cwd;		/* NULL: ours */
+	enum spawn_stdio stdio[3];
+	int new_group;			/* setpgid(0, 0): killed as a group */
+	size_t capture_cap[3];		/* bytes kept per captured stream; 0: all */
+	double timeout;			/* seconds; 0: none */
+	const struct sock_fprog *seccomp; /* loaded in the child before exec */
+	int set_ids;			/* drop to uid/gid before exec */
+	uid_t uid;
+	gid_t gid;
+};
+
+struct spawn_callbacks {
+	/* A piece of captured output (stream 1 or 2). When NULL, output is
+	 * kept in buffers (spawn_output) up to the cap. */
+	void (*on_output)(struct spawn *sp, int stream, const char *data,
+	    size_t len, void *arg);
+	/* The process has exited and its captured streams are closed (or it
+	 * exited and a short grace for its background children passed).
+	 * status is as from waitpid. The caller still frees with spawn_free. */
+	void (*on_exit)(struct spawn *sp, int status, void *arg);
+};
+
+/* Install the SIGCHLD reaper on this loop. Call once per process. */
+void spawn_init(struct event_base *base);
+
+/* Start a child. NULL with err (500, or 404 if the program is missing). */
+struct spawn *spawn_start(struct event_base *base,
+    const struct spawn_options *opts, const struct spawn_callbacks *cb,
+    void *arg, struct error *err);
+pid_t spawn_pid(struct spawn *sp);
+/* Our end of a SPAWN_PIPE stream, now owned by the caller; -1 otherwise. */
+int spawn_take_fd(struct spawn *sp, int stream);
+/* Signal the child (its whole group if it has one). */
+void spawn_kill(struct spawn *sp, int sig);
+int spawn_timed_out(struct spawn *sp);
+int spawn_exited(struct spawn *sp);
+/* Captured output kept in buffers (no on_output callback). */
+struct evbuffer *spawn_output(struct spawn *sp, int stream);
+/* Bytes of a stream dropped because of its cap. */
+uint64_t spawn_dropped(struct spawn *sp, int stream);
+/* Stop / restart reading captured output (backpressure). */
+void spawn_pause_output(struct spawn *sp);
+void spawn_resume_output(struct spawn *sp);
+/* Kill the group with SIGKILL if still running, and free. The exit
+ * callback is not called afterwards. */
+void spawn_free(struct spawn *sp);
+/* Signal every child we started (their groups too): for shutdown. */
+void spawn_kill_all(int sig);
+
+#endif

@@ -1,0 +1,144 @@
+"""Fixtures shared by the integration tests: real binaries over real HTTP.
+
+Every server here listens on loopback or a unix socket in a temporary
+directory; no test talks to any other address.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+AGENT_BIN = os.path.join(ROOT, "agent", "sandbox-agent")
+SANDBOXD_BIN = os.path.join(ROOT, "supervisor", "sandboxd")
+# Debian's interpreter (with python3-ipython), not whatever is first on PATH.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+class Agent:
+    """A running sandbox-agent on 127.0.0.1 with its own workspace."""
+
+    def __init__(self, workspace, extra_args=(), env=None, token="test-token"):
+        self.workspace = workspace
+        self.token = token
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(os.path.dirname(workspace), "agent.log")
+        e = dict(os.environ)
+        e.pop("SECRET_TOKEN", None)
+        if token is not None:
+            e["SECRET_TOKEN"] = token
+        e.setdefault("AGENT_PYTHON", SYSTEM_PYTHON)
+        e.update(env or {})
+        args = [AGENT_BIN, "--listen", f"127.0.0.1:{self.port}",
+                "--workspace", workspace, "--access-log", "true", *extra_args]
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, env=e, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+        self.wait_ready()
+
+    def wait_ready(self, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("agent exited: " + self.read_log())
+            try:
+                r = self.session.get(self.url + "/healthz", timeout=1)
+                if r.status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("agent did not become healthy: " + self.read_log())
+
+    def read_log(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def get(self, path, **kw):
+        return self.session.get(self.url + path, **kw)
+
+    def post(self, path, payload=None, **kw):
+        if payload is not None:
+            kw["json"] = payload
+        return self.session.post(self.url + path, **kw)
+
+    def put(self, path, **kw):
+        return self.session.put(self.url + path, **kw)
+
+    def delete(self, path, **kw):
+        return self.session.delete(self.url + path, **kw)
+
+    def shell(self, command, **extra):
+        r = self.post("/tools/run_shell_command", {"command": command, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def result_texts(result):
+    """{description: text} of an MCP result's text items."""
+    return {c.get("description"): c["text"] for c in result["content"]
+            if c.get("type") == "text"}
+
+
+@pytest.fixture
+def tmp_workspace():
+    d = tempfile.mkdtemp(prefix="sbx-test-")
+    ws = os.path.join(d, "workspace")
+    os.mkdir(ws)
+    yield ws
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def start_agent(tmp_workspace):
+    """Factory: start_agent(*args, env=..., token=...) -> Agent."""
+    started = []
+
+    def start(*extra_args, env=None, token="test-token", workspace=None):
+        a = Agent(workspace or tmp_workspace, extra_args, env, token)
+        started.append(a)
+        return a
+
+    yield start
+    for a in started:
+        a.stop()
+
+
+@pytest.fixture
+def agent(start_agent):
+    return start_agent()
