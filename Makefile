@@ -74,6 +74,8 @@ supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit/%)
 UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit-asan/%)
 COMMON_ASAN_OBJ := $(COMMON_SRC:%.c=$(BUILD)/asan/%.o)
+# Named only in a pattern rule, make would delete them after each run.
+.SECONDARY: $(COMMON_ASAN_OBJ)
 
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
