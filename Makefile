@@ -104,7 +104,14 @@ test: all unit unit-asan integration
 images: all
 	tools/build-image all
 
-bench: all
+# The benchmark's own C clients (tools/bench/*.c): latency, start time.
+BENCH_BIN := $(patsubst tools/bench/%.c,$(BUILD)/bench/%,$(wildcard tools/bench/*.c))
+
+$(BUILD)/bench/%: tools/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -D_GNU_SOURCE $(CFLAGS) -o $@ $<
+
+bench: all $(BENCH_BIN)
 	tools/bench/run
 
 clean:
