@@ -74,6 +74,8 @@ supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit/%)
 UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit-asan/%)
 COMMON_ASAN_OBJ := $(COMMON_SRC:%.c=$(BUILD)/asan/%.o)
+# Named only in a pattern rule, make would delete them after each run.
+.SECONDARY: $(COMMON_ASAN_OBJ)
 
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -102,7 +104,14 @@ test: all unit unit-asan integration
 images: all
 	tools/build-image all
 
-bench: all
+# The benchmark's own C clients (tools/bench/*.c): latency, start time.
+BENCH_BIN := $(patsubst tools/bench/%.c,$(BUILD)/bench/%,$(wildcard tools/bench/*.c))
+
+$(BUILD)/bench/%: tools/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -D_GNU_SOURCE $(CFLAGS) -o $@ $<
+
+bench: all $(BENCH_BIN)
 	tools/bench/run
 
 clean:
