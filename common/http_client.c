@@ -35,6 +35,7 @@
 #define DEFAULT_TIMEOUT		60.0
 #define DEFAULT_MAX_RESPONSE	(16 * 1024 * 1024)
 #define MAX_ANSWER_HEADERS	128
+#define IO_STEP			(256 * 1024)
 
 /* Owned by the caller between http_client_start and on_done (or cancel);
  * freed by this file right after on_done returns or at cancel. */
@@ -562,6 +563,10 @@ http_client_start(struct event_base *base,
 		fatal("http client: cannot allocate a bufferevent");
 	bufferevent_setcb(r->bev, read_cb, write_cb, event_cb, r);
 	bufferevent_setwatermark(r->bev, EV_WRITE, HTTP_CLIENT_DRAIN_MARK, 0);
+	/* libevent moves 16 KiB per call by default: 1 GiB bodies go far
+	 * faster in bigger steps. */
+	bufferevent_set_max_single_read(r->bev, IO_STEP);
+	bufferevent_set_max_single_write(r->bev, IO_STEP);
 	r->out_watch = evbuffer_add_cb(bufferevent_get_output(r->bev),
 	    output_watch_cb, r);
 	if (fd < 0) {
