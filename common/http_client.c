@@ -40,7 +40,6 @@
 /* Owned by the caller between http_client_start and on_done (or cancel);
  * freed by this file right after on_done returns or at cancel. */
 struct http_client_request {
-	struct event_base *base;
 	struct http_client_callbacks cb;
 	void *arg;
 	char *addr;			/* for messages */
@@ -54,7 +53,6 @@ struct http_client_request {
 	struct event *defer_ev;		/* deferred failure or resumed parse */
 	struct timespec last_progress;
 	double timeout;
-	int connect_errno;		/* connect failed at once */
 
 	int head_only;			/* HEAD: no answer body */
 	int stream_body;
@@ -524,13 +522,12 @@ http_client_start(struct event_base *base,
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 	const char *q;
-	int fd;
+	int fd, connect_errno = 0;
 
 	if (http_client_check_options(opts, cb, err) < 0 ||
 	    http_client_parse_addr(opts->addr, &ss, &sslen, err) < 0)
 		return NULL;
 	r = xcalloc(1, sizeof *r);
-	r->base = base;
 	r->cb = *cb;
 	r->arg = arg;
 	r->addr = xstrdup(opts->addr);
@@ -555,7 +552,7 @@ http_client_start(struct event_base *base,
 
 	fd = http_client_open_socket(&ss, sslen);
 	if (fd < 0)
-		r->connect_errno = errno;
+		connect_errno = errno;
 	/* Without a socket the bufferevent still holds what the caller
 	 * writes until the deferred failure is reported. */
 	r->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -572,7 +569,7 @@ http_client_start(struct event_base *base,
 	if (fd < 0) {
 		bufferevent_disable(r->bev, EV_WRITE);
 		set_failed(r, 502, "cannot connect to %s: %s", r->addr,
-		    strerror(r->connect_errno));
+		    strerror(connect_errno));
 		fail_later(r);
 	} else if (bufferevent_socket_connect(r->bev, NULL, 0) < 0) {
 		/* With no address, libevent takes the socket as connecting and

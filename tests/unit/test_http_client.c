@@ -1465,6 +1465,131 @@ test_chunked_upload_framing(void **state)
 	result_free(&res);
 }
 
+/* An event stream: each piece reaches on_body as it comes, long before
+ * the answer ends (MCP servers answer this way). */
+struct sse {
+	struct result res;
+	int cancel_in_done;
+};
+
+static void
+sse_body_cb(struct http_client_request *r, const char *data, size_t len,
+    void *arg)
+{
+	struct sse *sse = arg;
+
+	evbuffer_add(sse->res.body, data, len);
+	if (evbuffer_search(sse->res.body, "\n\n", 2, NULL).pos >= 0) {
+		http_client_cancel(r);
+		sse->res.done = 1;
+	}
+}
+
+static void
+sse_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg)
+{
+	struct sse *sse = arg;
+
+	done_cb(r, err, &sse->res);
+	/* A no-op here: the request is freed once on_done returns. */
+	if (sse->cancel_in_done)
+		http_client_cancel(r);
+}
+
+static void
+test_body_pieces_arrive_before_the_end(void **state)
+{
+	static const struct http_client_callbacks cb = {
+		.on_body = sse_body_cb,
+		.on_done = sse_done_cb,
+	};
+	struct peer p = { 0 };
+	struct http_client_options o = {
+		.method = "POST", .target = "/mcp", .body = "{}", .body_len = 2,
+	};
+	struct sse sse = { 0 };
+	struct error err;
+
+	(void)state;
+	/* The peer sends one event and holds the stream open. */
+	peer_start(&p, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n"
+	    "16\r\nevent: message\ndata: 1\r\n2\r\n\n\n\r\n", 0, 0);
+	o.addr = p.addr;
+	result_init(&sse.res);
+	assert_non_null(http_client_start(base, &o, &cb, &sse, &err));
+	run_until(&sse.res.done);
+	assert_string_equal(result_body(&sse.res),
+	    "event: message\ndata: 1\n\n");
+	peer_free(&p);
+	result_free(&sse.res);
+}
+
+static void
+test_cancel_in_on_done_is_harmless(void **state)
+{
+	static const struct http_client_callbacks cb = {
+		.on_done = sse_done_cb,
+	};
+	struct http_client_options o = {
+		.addr = tcp_addr, .method = "GET", .target = "/hello",
+	};
+	struct sse sse = { .cancel_in_done = 1 };
+	struct error err;
+
+	(void)state;
+	result_init(&sse.res);
+	assert_non_null(http_client_start(base, &o, &cb, &sse, &err));
+	run_until(&sse.res.done);
+	assert_int_equal(sse.res.status, 200);
+	assert_string_equal(result_body(&sse.res), "hello");
+	result_free(&sse.res);
+}
+
+/* Time paused by the caller is not the peer's: a pause longer than the
+ * timeout does not fail the request. */
+static void
+late_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	http_client_resume(arg);
+}
+
+static void
+pause_at_head_cb(struct http_client_request *r, int status, void *arg)
+{
+	struct timeval later = { 0, 500 * 1000 };
+
+	head_cb(r, status, arg);
+	http_client_pause(r);
+	event_base_once(base, -1, EV_TIMEOUT, late_resume_cb, r, &later);
+}
+
+static void
+test_pause_longer_than_timeout(void **state)
+{
+	static const struct http_client_callbacks cb = {
+		.on_head = pause_at_head_cb,
+		.on_body = body_cb,
+		.on_done = done_cb,
+	};
+	struct http_client_options o = {
+		.addr = tcp_addr, .method = "GET", .target = "/stream?size=5000000",
+		.timeout = 0.2,
+	};
+	struct result res;
+
+	(void)state;
+	result_init(&res);
+	exchange(&o, &cb, &res);
+	assert_false(res.failed);
+	assert_int_equal(res.status, 200);
+	assert_int_equal(evbuffer_get_length(res.body), 5000000);
+	result_free(&res);
+}
+
 int
 main(void)
 {
@@ -1499,6 +1624,9 @@ main(void)
 		T(test_interim_answers),
 		T(test_304_with_length_has_no_body),
 		T(test_chunked_upload_framing),
+		T(test_body_pieces_arrive_before_the_end),
+		T(test_cancel_in_on_done_is_harmless),
+		T(test_pause_longer_than_timeout),
 #undef T
 	};
 
