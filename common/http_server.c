@@ -1009,6 +1009,7 @@ listen_tcp(struct http_server *server, const char *addr, struct error *err)
 	struct http_listener *l;
 	const char *colon = strrchr(addr, ':');
 	char *spec;
+	int any_port;
 
 	if (colon == NULL) {
 		error_set(err, 400, "listen address %s is not HOST:PORT or "
@@ -1016,11 +1017,14 @@ listen_tcp(struct http_server *server, const char *addr, struct error *err)
 		return -1;
 	}
 	/* Resolve no names: a static binary has no NSS, and a listen
-	 * address should be explicit anyway. */
+	 * address should be explicit anyway. libevent refuses port 0 (any
+	 * free port), so that one is parsed as 1 and set back. */
+	any_port = strcmp(colon, ":0") == 0;
 	if (strncmp(addr, "localhost:", 10) == 0)
-		spec = xasprintf("127.0.0.1%s", colon);
+		spec = xasprintf("127.0.0.1%s", any_port ? ":1" : colon);
 	else
-		spec = xstrdup(addr);
+		spec = xasprintf("%.*s%s", (int)(colon - addr), addr,
+		    any_port ? ":1" : colon);
 	memset(&ss, 0, sizeof ss);
 	if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss,
 	    &sslen) < 0 || (colon[1] < '0' || colon[1] > '9')) {
@@ -1030,6 +1034,10 @@ listen_tcp(struct http_server *server, const char *addr, struct error *err)
 		return -1;
 	}
 	free(spec);
+	if (any_port && ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = 0;
+	else if (any_port)
+		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
 	lev = evconnlistener_new_bind(server->base, accept_cb, server,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
 	    1024, (struct sockaddr *)&ss, sslen);
