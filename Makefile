@@ -36,7 +36,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
 SUPERVISOR_TARGET := $(if $(SUPERVISOR_SRC),supervisor/sandboxd)
 
-all: agent/sandbox-agent $(SUPERVISOR_TARGET)
+all: agent/sandbox-agent $(SUPERVISOR_TARGET) $(BUILD)/httpc
 
 deps:
 	tools/install-deps
@@ -68,6 +68,11 @@ agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2)
 
 supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
+
+# httpc: a one-request HTTP client CLI (common/http_client.c) for debugging.
+$(BUILD)/httpc: $(BUILD)/tools/httpc.o $(COMMON_OBJ)
+	$(CC) -Wl,--gc-sections -o $@ $(BUILD)/tools/httpc.o $(COMMON_OBJ) \
+		-lhttp_parser -levent_core -ljansson
 
 # Unit tests: each tests/unit/test_X.c is a cmocka program linked against
 # the common objects, built twice: plain and under ASan/UBSan.
@@ -115,7 +120,7 @@ bench: all $(BENCH_BIN)
 	tools/bench/run
 
 clean:
-	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/supervisor $(BUILD)/asan \
+	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/tools $(BUILD)/httpc $(BUILD)/supervisor $(BUILD)/asan \
 		$(BUILD)/unit $(BUILD)/unit-asan agent/sandbox-agent supervisor/sandboxd
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
