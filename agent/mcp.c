@@ -162,9 +162,7 @@ mcp_config_check(struct agent *agent, const char *name, json_t *cfg,
 		    "streamable_http, streamableHttp or sse", name);
 		return -1;
 	}
-	error_set(err, 400, "MCP server '%s': HTTP servers are not supported "
-	    "yet", name);
-	return -1;
+	return mcp_http_check(name, cfg, err);
 }
 
 /* Adding servers: a batch starts them all and ends when all have

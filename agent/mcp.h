@@ -97,6 +97,8 @@ struct mcp_transport *mcp_stdio_start(struct mcp_server *srv, json_t *cfg,
     struct error *err);
 struct mcp_transport *mcp_http_start(struct mcp_server *srv, json_t *cfg,
     struct error *err);
+/* The HTTP part of mcp_config_check: url and headers. */
+int mcp_http_check(const char *name, json_t *cfg, struct error *err);
 
 /* mcp_server.c */
 
