@@ -179,110 +179,6 @@ mcp_http_check(const char *name, json_t *cfg, struct error *err)
 	return 0;
 }
 
-/* Server-sent events, parsed as they arrive. */
-
-/* Part of its owner. */
-struct sse {
-	struct evbuffer *in;		/* bytes not yet split into lines */
-	size_t scanned;			/* of in, known to hold no '\n' */
-	struct evbuffer *data;		/* data lines of the event so far */
-	char event[32];			/* its type; "" is "message" */
-};
-
-static void
-sse_init(struct sse *s)
-{
-	s->in = evbuffer_new();
-	s->data = evbuffer_new();
-	s->scanned = 0;
-	s->event[0] = '\0';
-}
-
-static void
-sse_clear(struct sse *s)
-{
-	if (s->in != NULL)
-		evbuffer_free(s->in);
-	if (s->data != NULL)
-		evbuffer_free(s->data);
-	s->in = s->data = NULL;
-}
-
-/* Returns nonzero to stop: the transport has been stopped. */
-typedef int (*sse_event_cb)(const char *type, const char *data, size_t len,
-    void *arg);
-
-/* One line, without its end. */
-static int
-sse_line(struct sse *s, const char *line, size_t len, sse_event_cb cb,
-    void *arg)
-{
-	size_t flen = 0, dlen;
-	const char *value;
-	int stop;
-
-	if (len == 0) {
-		if (evbuffer_get_length(s->data) == 0)
-			return 0;
-		dlen = evbuffer_get_length(s->data) - 1;  /* the last '\n' */
-		stop = cb(s->event[0] != '\0' ? s->event : "message",
-		    (const char *)evbuffer_pullup(s->data, -1), dlen, arg);
-		if (stop)
-			return stop;
-		evbuffer_drain(s->data, evbuffer_get_length(s->data));
-		s->event[0] = '\0';
-		return 0;
-	}
-	while (flen < len && line[flen] != ':')
-		flen++;
-	value = line + flen + (flen < len);
-	if (value < line + len && *value == ' ')
-		value++;
-	if (flen == 4 && strncmp(line, "data", 4) == 0) {
-		evbuffer_add(s->data, value, (size_t)(line + len - value));
-		evbuffer_add(s->data, "\n", 1);
-	} else if (flen == 5 && strncmp(line, "event", 5) == 0) {
-		snprintf(s->event, sizeof s->event, "%.*s",
-		    (int)(line + len - value), value);
-	}
-	/* Comments (":..."), id and retry: nothing for us. */
-	return 0;
-}
-
-/* Feed bytes; -1 when an event grows past the cap, 1 when cb said stop. */
-static int
-sse_feed(struct sse *s, const char *data, size_t len, sse_event_cb cb,
-    void *arg)
-{
-	evbuffer_add(s->in, data, len);
-	for (;;) {
-		size_t have = evbuffer_get_length(s->in), eol_len, n;
-		struct evbuffer_ptr pos;
-		const char *line;
-		int stop;
-
-		if (s->scanned >= have)
-			return 0;
-		evbuffer_ptr_set(s->in, &pos, s->scanned, EVBUFFER_PTR_SET);
-		pos = evbuffer_search_eol(s->in, &pos, &eol_len, EVBUFFER_EOL_LF);
-		if (pos.pos < 0) {
-			s->scanned = have;
-			return have + evbuffer_get_length(s->data) >
-			    MCP_MESSAGE_MAX ? -1 : 0;
-		}
-		n = (size_t)pos.pos;
-		line = (const char *)evbuffer_pullup(s->in, (ssize_t)n);
-		stop = sse_line(s, line, n > 0 && line[n - 1] == '\r' ? n - 1 :
-		    n, cb, arg);
-		if (stop)
-			return stop;
-		evbuffer_drain(s->in, n + eol_len);
-		s->scanned = 0;
-		if (evbuffer_get_length(s->data) > MCP_MESSAGE_MAX)
-			return -1;
-	}
-}
-
 /* The transport. */
 
 struct http_transport;
@@ -382,6 +278,37 @@ free_headers(const char **h)
 	free(h);
 }
 
+/* Legacy: where to POST, said by the server. Usually a path; a relative
+ * reference or a whole url on the same server would do too. */
+static void
+set_endpoint(struct http_transport *t, const char *data, size_t len)
+{
+	char *ref = xstrndup(data, len), *target = NULL;
+	struct error err;
+	struct url u;
+
+	if (!visible(ref, strlen(ref), 0) || ref[0] == '\0') {
+		lost(t, "its endpoint event is not a url");
+	} else if (ref[0] == '/') {
+		target = xstrdup(ref);
+	} else if (strncasecmp(ref, "http://", 7) == 0) {
+		if (url_parse(ref, &u, &err) == 0)
+			target = xstrdup(u.target);
+		else
+			lost(t, "its endpoint event: %s", err.msg);
+		url_clear(&u);
+	} else {
+		target = xasprintf("%.*s%s", (int)(strrchr(t->url.target, '/') -
+		    t->url.target + 1), t->url.target, ref);
+	}
+	free(ref);
+	if (target == NULL)
+		return;
+	free(t->post_target);
+	t->post_target = target;
+	flush_queue(t);
+}
+
 static int
 receive_event(const char *type, const char *data, size_t len, void *arg)
 {
@@ -390,22 +317,7 @@ receive_event(const char *type, const char *data, size_t len, void *arg)
 	json_t *msg;
 
 	if (strcmp(type, "endpoint") == 0) {
-		struct url u;
-		struct error err;
-
-		/* Relative (the usual) or a whole url on the same server. */
-		if (len > 0 && data[0] == '/' && visible(data, len, 0)) {
-			free(t->post_target);
-			t->post_target = xstrndup(data, len);
-		} else if (url_parse(data, &u, &err) == 0) {
-			free(t->post_target);
-			t->post_target = xstrdup(u.target);
-			url_clear(&u);
-		} else {
-			lost(t, "its endpoint event is not a url: %s", err.msg);
-			return 1;
-		}
-		flush_queue(t);
+		set_endpoint(t, data, len);
 		return t->stopped;
 	}
 	if (strcmp(type, "message") != 0)
