@@ -56,6 +56,16 @@ void health_route(struct http_request *req, void *arg);
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 
+/* git.c: the /watcher routes. git_routes_init runs once at start, after
+ * the event loop exists; the repository itself is opened (and created
+ * when missing) by the first git request. git_routes_shutdown, after the
+ * loop ended, waits for the git operation under way. */
+void git_routes_init(struct agent *agent);
+void git_routes_shutdown(void);
+void git_route_commit(struct http_request *req, void *arg);
+void git_route_diff(struct http_request *req, void *arg);
+void git_route_logs(struct http_request *req, void *arg);
+
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);
 void confine_free(struct sock_fprog *prog);
