@@ -29,6 +29,7 @@
 #define WRITER_CHUNK	(256 * 1024)	/* data per queue element */
 #define WRITER_HIGH	(1024 * 1024)	/* producer pauses over this */
 #define WRITER_LOW	(256 * 1024)	/* and resumes under this */
+#define WRITER_INLINE	(64 * 1024)	/* first bytes written by the loop */
 
 /* One write or close; owned by the queue, freed by the thread. */
 struct chunk {
@@ -43,6 +44,7 @@ struct chunk {
 struct disk_writer {
 	pthread_t thread;
 	int started;
+	size_t inlined;		/* bytes written before the thread started */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	/* Under lock: */
@@ -160,8 +162,8 @@ disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 	return w;
 }
 
-/* The thread starts with the first data, so that an empty upload costs
- * none. Signals stay with the loop's thread. */
+/* The thread starts once an upload outgrows WRITER_INLINE. Signals stay
+ * with the loop's thread. */
 static void
 start_thread(struct disk_writer *w)
 {
@@ -195,6 +197,14 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len)
 	struct chunk *c;
 	int over;
 
+	/* A small upload fits in the page cache at once: writing it here
+	 * costs less than starting a thread. */
+	if (!w->started && w->inlined + len <= WRITER_INLINE) {
+		w->inlined += len;
+		if (w->error == 0)
+			w->error = write_all(fd, data, len);
+		return 0;
+	}
 	if (!w->started)
 		start_thread(w);
 	pthread_mutex_lock(&w->lock);
