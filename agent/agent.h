@@ -24,6 +24,7 @@ struct agent_config {
 	int insecure_no_token;
 	size_t output_cap;		/* per stream of a shell command */
 	size_t max_body;		/* JSON request bodies */
+	size_t max_upload;		/* file uploads; 0: no limit */
 	double default_timeout;		/* seconds, shell commands */
 	char *log_level;
 	int access_log;
@@ -65,6 +66,15 @@ void git_routes_shutdown(void);
 void git_route_commit(struct http_request *req, void *arg);
 void git_route_diff(struct http_request *req, void *arg);
 void git_route_logs(struct http_request *req, void *arg);
+/* files.c, files_batch.c, entries.c: the /workspace routes. */
+void files_route_get(struct http_request *req, void *arg);
+void files_route_put(struct http_request *req, void *arg);
+void files_batch_route(struct http_request *req, void *arg);
+void entries_route_list(struct http_request *req, void *arg);
+void entries_route_exists(struct http_request *req, void *arg);
+void entries_route_delete(struct http_request *req, void *arg);
+void entries_route_move(struct http_request *req, void *arg);
+void entries_route_mkdir(struct http_request *req, void *arg);
 
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);

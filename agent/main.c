@@ -49,6 +49,8 @@ static const struct config_option options[] = {
 	    "SIZE", "bytes kept per stream of a command (default 16M)" },
 	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
 	    "SIZE", "largest JSON request body (default 32M)" },
+	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
+	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
 	    "SECONDS", "default timeout of a command (default 300)" },
 	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
