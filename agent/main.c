@@ -216,6 +216,8 @@ setup(int argc, char **argv)
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
+	if (agent.cfg.prewarm_kernel)
+		kernel_prewarm(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;

@@ -11,6 +11,7 @@
 static const struct http_route routes[] = {
 	{ GET, "/healthz", EXACT, 0, health_route, 0 },
 	{ POST, "/tools/run_shell_command", EXACT, 0, shell_route_run, 0 },
+	{ POST, "/tools/run_ipython_cell", EXACT, 0, ipython_route_run, 0 },
 };
 
 const struct http_route *
