@@ -6,9 +6,15 @@
  * last expression as IPython shows it, without the Out[n] prompt), stderr
  * when not empty (tracebacks, and our notes on timeouts and a kernel that
  * died), then one image item per picture the cell displayed. isError is
- * stderr not empty. A kernel that died or was killed still answers 200
- * with such a result, which an agent can read and act on; only a kernel
- * that cannot start at all answers 503.
+ * stderr not empty. Cells run one at a time, in the order they came.
+ *
+ * "timeout" (seconds, default --timeout) counts from when the cell starts
+ * to run. Past it the cell is interrupted (KeyboardInterrupt; the state is
+ * kept); if it does not stop within 2 seconds the kernel is killed and
+ * restarted. A kernel that died or was killed still answers 200 with an
+ * MCP result whose stderr says what happened (isError true): an agent can
+ * read that and go on, where an HTTP error would end its tool call. Only a
+ * kernel that cannot start at all (no python3, no IPython) answers 503.
  */
 #include "agent.h"
 

@@ -95,6 +95,8 @@ struct kernel {
 	struct cell_queue queue;	/* waiting cells */
 	struct kernel_cell *running;
 	const char *lost;		/* why we killed it, if we did */
+	char *idle_death;		/* for the next cell: the kernel died
+					 * between cells, its state is gone */
 };
 
 static void kick(struct kernel *k);
@@ -164,6 +166,10 @@ finish_cell(struct kernel *k, const char *fmt, ...)
 		va_end(ap);
 		kstream_note(res->errout, text);
 		free(text);
+	} else if (k->idle_death != NULL) {
+		kstream_note(res->errout, k->idle_death);
+		free(k->idle_death);
+		k->idle_death = NULL;
 	}
 	res->images = cell->images != NULL ? cell->images : json_array();
 	cell->images = NULL;
@@ -442,6 +448,10 @@ exit_cb(struct spawn *sp, int status, void *arg)
 		break;
 	default:
 		log_warn("the IPython kernel %s while idle", how);
+		free(k->idle_death);
+		k->idle_death = xasprintf("[the IPython kernel %s after the "
+		    "previous cell: this cell ran in a fresh kernel, without "
+		    "the earlier state (variables, imports)]", how);
 		if (k->agent->cfg.prewarm_kernel || !TAILQ_EMPTY(&k->queue))
 			restart(k);
 		else

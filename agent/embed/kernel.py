@@ -87,6 +87,7 @@ def main():
     handler = signal.signal(signal.SIGINT, between_cells)
 
     sys.path.insert(0, "")
+    shell.run_cell("pass", store_history=False)  # the first cell is slow
     send({"ready": True, "python": sys.version.split()[0],
           "ipython": IPython.__version__})
     while True:

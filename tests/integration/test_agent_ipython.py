@@ -4,7 +4,9 @@ import concurrent.futures
 import http.client
 import json
 import os
+import signal
 import stat
+import time
 
 import pytest
 
@@ -197,6 +199,25 @@ def test_kernel_death_is_reported_and_next_call_gets_fresh_kernel(agent):
     res = cell(agent, "gone")
     assert "NameError" in result_texts(res)["stderr"]
     assert out(agent, "1 + 2") == "3\n"
+
+
+def test_kernel_death_between_cells_is_told_to_the_next_cell(agent):
+    out(agent, "idle_state = 1")
+    [pid] = kernels(agent)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 30  # a guard against hanging, not a timing test
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.01)
+    assert not os.path.exists(f"/proc/{pid}"), "the agent did not reap it"
+    # Whether the agent saw the death before this call came or only while
+    # sending it, the call says the state is gone.
+    res = cell(agent, "print('after')")
+    stderr = result_texts(res)["stderr"]
+    assert res["isError"] is True
+    assert "signal 9" in stderr and "fresh kernel" in stderr
+    res = cell(agent, "idle_state")
+    assert "NameError" in result_texts(res)["stderr"]
+    assert out(agent, "'told once'") == "'told once'\n"
 
 
 def test_segfault_is_reported(agent):
