@@ -7,7 +7,7 @@
  * Channels: a socket pair at the child's fd 3 carries frames (a 4-byte
  * big-endian length, then JSON): our {"code", "marker"}, its {"ready"} once
  * and {"images"} after each cell. Its stdout and stderr are pipes we read,
- * so output of every kind (print, os.system, !ls, C extensions) lands in
+ * so output of every kind (print, os.system, !ls, subprocesses) lands in
  * them in order. At the end of a cell the kernel writes a marker to both;
  * a cell is over when its answer frame and both markers are in, and what
  * came before a marker is that cell's output. Output arriving between
