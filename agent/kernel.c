@@ -95,8 +95,8 @@ struct kernel {
 	struct cell_queue queue;	/* waiting cells */
 	struct kernel_cell *running;
 	const char *lost;		/* why we killed it, if we did */
-	char *idle_death;		/* for the next cell: the kernel died
-					 * between cells, its state is gone */
+	char *next_note;		/* for the next cell: the state was
+					 * lost and nobody was told yet */
 };
 
 static void kick(struct kernel *k);
@@ -166,10 +166,10 @@ finish_cell(struct kernel *k, const char *fmt, ...)
 		va_end(ap);
 		kstream_note(res->errout, text);
 		free(text);
-	} else if (k->idle_death != NULL) {
-		kstream_note(res->errout, k->idle_death);
-		free(k->idle_death);
-		k->idle_death = NULL;
+	} else if (k->next_note != NULL) {
+		kstream_note(res->errout, k->next_note);
+		free(k->next_note);
+		k->next_note = NULL;
 	}
 	res->images = cell->images != NULL ? cell->images : json_array();
 	cell->images = NULL;
@@ -179,6 +179,16 @@ finish_cell(struct kernel *k, const char *fmt, ...)
 	else
 		cell->done(res, cell->arg);
 	free(cell);
+}
+
+/* The kernel is replaced and no cell will say so: the next one will. */
+static void
+tell_next(struct kernel *k, const char *why)
+{
+	free(k->next_note);
+	k->next_note = xasprintf("[the IPython kernel %s: this cell ran in a "
+	    "fresh kernel, without the earlier state (variables, imports)]",
+	    why);
 }
 
 static void
@@ -441,6 +451,11 @@ exit_cb(struct spawn *sp, int status, void *arg)
 		break;
 	case KERNEL_BUSY:
 		log_warn("the IPython kernel %s while running a cell", how);
+		if (k->running->abandoned) {
+			snprintf(how + strlen(how), sizeof how - strlen(how),
+			    " in a cell whose client had left");
+			tell_next(k, how);
+		}
 		finish_cell(k, "[the IPython kernel %s while running this cell: "
 		    "its state (variables, imports) is lost; the next call "
 		    "gets a fresh kernel]", how);
@@ -448,10 +463,9 @@ exit_cb(struct spawn *sp, int status, void *arg)
 		break;
 	default:
 		log_warn("the IPython kernel %s while idle", how);
-		free(k->idle_death);
-		k->idle_death = xasprintf("[the IPython kernel %s after the "
-		    "previous cell: this cell ran in a fresh kernel, without "
-		    "the earlier state (variables, imports)]", how);
+		snprintf(how + strlen(how), sizeof how - strlen(how),
+		    " between cells");
+		tell_next(k, how);
 		if (k->agent->cfg.prewarm_kernel || !TAILQ_EMPTY(&k->queue))
 			restart(k);
 		else
@@ -487,6 +501,9 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	case TIMER_GRACE:
 		log_warn("the IPython kernel ignored the interrupt; killing and "
 		    "restarting it");
+		if (cell->abandoned)
+			tell_next(k, "was restarted, as a cell whose client had "
+			    "left did not stop on interrupt");
 		finish_cell(k, "[the cell ran past its %g-second timeout and did "
 		    "not stop within %d seconds of the interrupt: the kernel was "
 		    "killed and restarted, and its state (variables, imports) is "

@@ -296,6 +296,24 @@ def test_client_leaving_a_running_cell_interrupts_it(agent):
     assert out(agent, "survivor * 2") == "10\n"
 
 
+def test_restart_for_a_client_that_left_is_told_to_the_next_cell(agent):
+    out(agent, "mine = 1")
+    stubborn = raw_post(agent, "import time\n"
+                               "while True:\n"
+                               "    try:\n"
+                               "        time.sleep(100)\n"
+                               "    except KeyboardInterrupt:\n"
+                               "        pass", timeout=600)
+    sync(agent)
+    stubborn.close()
+    res = cell(agent, "print('next')\n'mine' in globals()")
+    texts = result_texts(res)
+    assert texts["stdout"] == "next\nFalse\n"
+    assert "client had left" in texts["stderr"]
+    assert "fresh kernel" in texts["stderr"]
+    assert out(agent, "'quiet again'") == "'quiet again'\n"
+
+
 def test_prewarm_starts_the_kernel_with_the_agent(start_agent):
     cold = start_agent()
     assert kernels(cold) == []
