@@ -158,6 +158,11 @@ finish_cell(struct kernel *k, const char *fmt, ...)
 	k->running = NULL;
 	res->out = kstream_take(&k->out[1], "stdout", cap);
 	res->errout = kstream_take(&k->out[2], "stderr", cap);
+	if (k->next_note != NULL && !cell->abandoned) {
+		kstream_note(res->errout, k->next_note);
+		free(k->next_note);
+		k->next_note = NULL;
+	}
 	if (fmt != NULL) {
 		char *text;
 
@@ -166,10 +171,6 @@ finish_cell(struct kernel *k, const char *fmt, ...)
 		va_end(ap);
 		kstream_note(res->errout, text);
 		free(text);
-	} else if (k->next_note != NULL) {
-		kstream_note(res->errout, k->next_note);
-		free(k->next_note);
-		k->next_note = NULL;
 	}
 	res->images = cell->images != NULL ? cell->images : json_array();
 	cell->images = NULL;
