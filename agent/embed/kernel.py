@@ -6,9 +6,11 @@
 # cell's output ends (that of child processes included), and answer
 # {"images": [MCP image items]}.
 import sys
-# Not the workspace (sys.path[0] with -c) while we import: a json.py
-# there must not replace ours. Cells get it back, as in Jupyter.
-sys.path.pop(0)
+# Not the workspace ('' first in sys.path with -c) while we import: a
+# json.py there must not replace ours. Cells get it back, as in Jupyter.
+CWD_FIRST = sys.path[:1] == [""]
+if CWD_FIRST:
+    del sys.path[0]
 import base64
 import importlib.util
 import json
@@ -86,7 +88,8 @@ def main():
         pass
     handler = signal.signal(signal.SIGINT, between_cells)
 
-    sys.path.insert(0, "")
+    if CWD_FIRST:
+        sys.path.insert(0, "")
     shell.run_cell("pass", store_history=False)  # the first cell is slow
     send({"ready": True, "python": sys.version.split()[0],
           "ipython": IPython.__version__})
