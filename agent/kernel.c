@@ -5,8 +5,8 @@
  * carries, and which hosts IPython's InteractiveShell.
  *
  * Channels: a socket pair at the child's fd 3 carries frames (a 4-byte
- * big-endian length, then JSON): our {"code", "marker"}, its {"ready"} once
- * and {"images"} after each cell. Its stdout and stderr are pipes we read,
+ * big-endian length, then JSON): our {"code", "marker"}, its {"ready"} once,
+ * {"started"} as a cell begins and {"images"} after it. Its stdout and stderr are pipes we read,
  * so output of every kind (print, os.system, !ls, subprocesses) lands in
  * them in order. At the end of a cell the kernel writes a marker to both;
  * a cell is over when its answer frame and both markers are in, and what
@@ -74,6 +74,8 @@ struct kernel_cell {
 	void *arg;
 	int abandoned;
 	int timed_out;		/* interrupted because of its timeout */
+	int started;		/* the kernel said it runs it */
+	int interrupt;		/* to interrupt as soon as it runs */
 	int answered;		/* its images frame came */
 	json_t *images;
 };
@@ -334,6 +336,13 @@ handle_frame(struct kernel *k, json_t *msg)
 		ready(k, msg);
 		return;
 	}
+	if (k->state == KERNEL_BUSY && !cell->started &&
+	    json_is_true(json_object_get(msg, "started"))) {
+		cell->started = 1;
+		if (cell->interrupt)
+			spawn_kill(k->sp, SIGINT);
+		return;
+	}
 	if (k->state == KERNEL_BUSY && !cell->answered &&
 	    (images = clean_images(json_object_get(msg, "images"))) != NULL) {
 		cell->images = images;
@@ -475,6 +484,21 @@ exit_cb(struct spawn *sp, int status, void *arg)
 	}
 }
 
+/* SIGINT to the group, as ^C in a terminal; not before the kernel runs the
+ * cell, else the signal would find it between cells, where it is ignored.
+ * Either way the kernel is killed if the cell has not ended by the grace. */
+static void
+interrupt(struct kernel *k)
+{
+	struct kernel_cell *cell = k->running;
+
+	cell->interrupt = 1;
+	if (cell->started)
+		spawn_kill(k->sp, SIGINT);
+	evtimer_del(k->timer);
+	arm(k, TIMER_GRACE, KERNEL_GRACE_SECONDS);
+}
+
 static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -496,8 +520,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 		log_info("IPython cell timed out after %g s; interrupting it",
 		    cell->timeout);
 		cell->timed_out = 1;
-		spawn_kill(k->sp, SIGINT);
-		arm(k, TIMER_GRACE, KERNEL_GRACE_SECONDS);
+		interrupt(k);
 		break;
 	case TIMER_GRACE:
 		log_warn("the IPython kernel ignored the interrupt; killing and "
@@ -685,12 +708,10 @@ kernel_abandon(struct kernel_cell *cell)
 		return;
 	}
 	cell->abandoned = 1;
-	if (k->timer_kind != TIMER_GRACE) {
+	if (!cell->interrupt) {
 		log_info("the client of a running IPython cell left; "
 		    "interrupting it");
-		spawn_kill(k->sp, SIGINT);
-		evtimer_del(k->timer);
-		arm(k, TIMER_GRACE, KERNEL_GRACE_SECONDS);
+		interrupt(k);
 	}
 }
 

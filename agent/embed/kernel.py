@@ -1,8 +1,9 @@
 # The IPython kernel of sandbox-agent; agent/kernel.c runs it with -u -c.
 # Protocol on fd 3, a socket pair: frames of a 4-byte big-endian length and
 # UTF-8 JSON. We send {"ready": ...} once the shell is up (or exit with the
-# reason on stderr); then for each {"code", "marker"} we run the cell, write
-# the marker to our stdout and stderr pipes, so the agent knows where the
+# reason on stderr); then for each {"code", "marker"} we say {"started"}
+# (the agent interrupts a cell only once it runs), run the cell, write the
+# marker to our stdout and stderr pipes, so the agent knows where the
 # cell's output ends (that of child processes included), and answer
 # {"images": [MCP image items]}.
 import sys
@@ -29,9 +30,10 @@ def main():
     # Private copies: user code may close or redirect fds 1 and 2.
     ends = (os.dup(1), os.dup(2))
 
-    def send(obj):
+    def frame(obj):
         data = json.dumps(obj).encode()
-        ctl.sendall(struct.pack(">I", len(data)) + data)
+        return struct.pack(">I", len(data)) + data
+    started = frame({"started": True})
 
     try:
         import IPython
@@ -82,8 +84,8 @@ def main():
     hook.write_format_data = write_value
 
     # The agent interrupts a cell with SIGINT (to the group, as ^C in a
-    # terminal); between cells it must not hurt. A handler the cell sets
-    # stays for the next ones.
+    # terminal); one late for a cell that just ended must not hurt. A
+    # handler a cell sets stays for the next ones.
     def between_cells(signum, frame):
         pass
     handler = signal.signal(signal.SIGINT, between_cells)
@@ -91,15 +93,16 @@ def main():
     if CWD_FIRST:
         sys.path.insert(0, "")
     shell.run_cell("pass", store_history=False)  # the first cell is slow
-    send({"ready": True, "python": sys.version.split()[0],
-          "ipython": IPython.__version__})
+    ctl.sendall(frame({"ready": True, "python": sys.version.split()[0],
+                       "ipython": IPython.__version__}))
     while True:
         head = frames.read(4)
         if len(head) < 4:
             return
         cell = json.loads(frames.read(struct.unpack(">I", head)[0]))
-        signal.signal(signal.SIGINT, handler)
         try:
+            signal.signal(signal.SIGINT, handler)
+            ctl.sendall(started)
             shell.run_cell(cell["code"], store_history=True)
         except KeyboardInterrupt:
             pass
@@ -110,7 +113,7 @@ def main():
         marker = cell["marker"].encode()
         for fd in ends:
             os.write(fd, marker)
-        send({"images": images})
+        ctl.sendall(frame({"images": images}))
         images.clear()
 
 
