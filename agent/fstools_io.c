@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,15 +144,34 @@ utf8_sequence(const unsigned char *s, size_t len, size_t *bad)
 	return need + 1;
 }
 
+/* Length of the valid prefix of s; ASCII goes 8 bytes at a time. */
+static size_t
+utf8_valid_prefix(const unsigned char *u, size_t len)
+{
+	size_t i = 0, bad, n;
+
+	for (;;) {
+		while (i + 8 <= len) {
+			uint64_t w;
+
+			memcpy(&w, u + i, 8);
+			if (w & 0x8080808080808080ULL)
+				break;
+			i += 8;
+		}
+		if (i == len || (n = utf8_sequence(u + i, len - i, &bad)) == 0)
+			return i;
+		i += n;
+	}
+}
+
 char *
 fs_utf8_decode(char *s, size_t len, size_t *outlen)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	struct fs_buf b = { 0 };
-	size_t i = 0, bad, n;
+	size_t i = utf8_valid_prefix(u, len), bad, n;
 
-	while (i < len && (n = utf8_sequence(u + i, len - i, &bad)) > 0)
-		i += n;
 	*outlen = len;
 	if (i == len)
 		return s;
