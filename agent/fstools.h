@@ -62,6 +62,14 @@ char *fs_msg_errno(int errnum, const char *syscall, const char *path,
 
 /* Read fd to its end; 0 or an errno. *data is NUL-terminated, caller frees. */
 int fs_read_fd(int fd, char **data, size_t *len);
+
+enum fs_read_as { FS_READ_TEXT, FS_READ_BASE64 };
+
+/* Read the file p names whole, refusing what Node could not hold as a
+ * string (as text, or in base64): -1 with *msg in Node's words. Caller
+ * frees *data. */
+int fs_read_file(const struct workspace *ws, const struct fs_path *p,
+    enum fs_read_as as, char **data, size_t *len, char **msg);
 /* Decode as Node's 'utf-8' does: each maximal invalid subpart becomes
  * U+FFFD. Returns s itself when it is valid, else a new string. */
 char *fs_utf8_decode(char *s, size_t len, size_t *outlen);

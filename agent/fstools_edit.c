@@ -251,23 +251,11 @@ static char *
 read_content(const struct workspace *ws, const struct fs_path *p,
     size_t *len, char **msg)
 {
-	int fd = fs_open(ws, p->rel, O_RDONLY | O_NONBLOCK, 0), e;
 	char *data, *text, *folded;
 	size_t dlen, tlen;
 
-	if (fd < 0) {
-		if (errno == EXDEV || errno == ELOOP)
-			*msg = fs_msg_symlink_out(ws, p->real);
-		else
-			*msg = fs_msg_errno(errno, "open", p->real, NULL);
+	if (fs_read_file(ws, p, FS_READ_TEXT, &data, &dlen, msg) < 0)
 		return NULL;
-	}
-	e = fs_read_fd(fd, &data, &dlen);
-	close(fd);
-	if (e != 0) {
-		*msg = fs_msg_errno(e, "read", NULL, NULL);
-		return NULL;
-	}
 	text = fs_utf8_decode(data, dlen, &tlen);
 	folded = fold_crlf(text, tlen, len);
 	if (text != data)

@@ -105,6 +105,49 @@ fs_read_fd(int fd, char **data, size_t *len)
 	return 0;
 }
 
+/* Node's limits: readFile refuses files over 2 GiB, and no string may
+ * be longer than 0x1fffffe8 UTF-16 units. */
+#define NODE_MAX_FILE 2147483647LL
+#define NODE_MAX_STRING 0x1fffffe8LL
+
+int
+fs_read_file(const struct workspace *ws, const struct fs_path *p,
+    enum fs_read_as as, char **data, size_t *len, char **msg)
+{
+	int fd = fs_open(ws, p->rel, O_RDONLY | O_NONBLOCK, 0), e;
+	struct stat st;
+
+	if (fd < 0) {
+		if (errno == EXDEV || errno == ELOOP)
+			*msg = fs_msg_symlink_out(ws, p->real);
+		else
+			*msg = fs_msg_errno(errno, "open", p->real, NULL);
+		return -1;
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		long long size = (long long)st.st_size;
+
+		if (as == FS_READ_TEXT && size > NODE_MAX_FILE)
+			*msg = xasprintf("File size (%lld) is greater than "
+			    "2 GiB", size);
+		else if ((as == FS_READ_TEXT ? size :
+		    (size + 2) / 3 * 4) > NODE_MAX_STRING)
+			*msg = xasprintf("Cannot create a string longer than "
+			    "0x%llx characters", NODE_MAX_STRING);
+		if (*msg != NULL) {
+			close(fd);
+			return -1;
+		}
+	}
+	e = fs_read_fd(fd, data, len);
+	close(fd);
+	if (e != 0) {
+		*msg = fs_msg_errno(e, "read", NULL, NULL);
+		return -1;
+	}
+	return 0;
+}
+
 /* Length of the well-formed sequence at s, or 0 for an invalid one, in
  * which case *bad is how many bytes form its maximal subpart (WHATWG). */
 static size_t

@@ -16,9 +16,6 @@
 
 #include "xmalloc.h"
 
-/* Node refuses to read files past this size into a string. */
-#define NODE_MAX_READ 2147483647LL
-
 /* Open p for reading as Node does, the message naming syscall on
  * failure. -1 with *msg. */
 static int
@@ -41,25 +38,10 @@ static char *
 read_text(const struct workspace *ws, const struct fs_path *p, size_t *len,
     char **msg)
 {
-	int fd = open_path(ws, p, O_RDONLY | O_NONBLOCK, "open", msg), e;
-	struct stat st;
 	char *data, *text;
 
-	if (fd < 0)
+	if (fs_read_file(ws, p, FS_READ_TEXT, &data, len, msg) < 0)
 		return NULL;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    st.st_size > NODE_MAX_READ) {
-		*msg = xasprintf("File size (%lld) is greater than 2 GiB",
-		    (long long)st.st_size);
-		close(fd);
-		return NULL;
-	}
-	e = fs_read_fd(fd, &data, len);
-	close(fd);
-	if (e != 0) {
-		*msg = fs_msg_errno(e, "read", NULL, NULL);
-		return NULL;
-	}
 	text = fs_utf8_decode(data, *len, len);
 	if (text != data)
 		free(data);
@@ -168,7 +150,7 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 	off_t pos;
 	double newlines = 0;
 	char *region, *text, *o;
-	size_t tlen, count = 1, start, skip = 0;
+	size_t tlen, count = 1, start, skip = 0, cap, have;
 
 	if (fd < 0)
 		return NULL;
@@ -183,13 +165,25 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 		return xstrdup("");
 	if ((fd = open_path(ws, p, O_RDONLY | O_NONBLOCK, "open", msg)) < 0)
 		return NULL;
+	/* The blocks read so far sit at the end of region, growing down. */
 	pos = st.st_size;
-	region = xmalloc((size_t)st.st_size + 1);
+	cap = 4096;
+	region = xmalloc(cap);
+	have = 0;
 	while (pos > 0 && newlines < n) {
 		size_t size = pos < 1024 ? (size_t)pos : 1024;
-		ssize_t r = pread_full(fd, region + pos - (off_t)size, size,
-		    pos - (off_t)size);
+		ssize_t r;
 
+		if (have + size > cap) {
+			char *bigger = xmalloc(cap * 2);
+
+			memcpy(bigger + cap * 2 - have, region + cap - have, have);
+			free(region);
+			region = bigger;
+			cap *= 2;
+		}
+		r = pread_full(fd, region + cap - have - size, size,
+		    pos - (off_t)size);
 		if (r < 0) {
 			*msg = fs_msg_errno(errno, "read", NULL, NULL);
 			free(region);
@@ -200,13 +194,14 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 		if ((size_t)r < size)
 			break;
 		pos -= (off_t)size;
-		for (size_t i = 0; i < size; i++)
-			if (region[pos + (off_t)i] == '\n')
+		have += size;
+		for (size_t i = cap - have; i < cap - have + size; i++)
+			if (region[i] == '\n')
 				newlines++;
 	}
 	close(fd);
-	text = fs_utf8_decode(region + pos, (size_t)(st.st_size - pos), &tlen);
-	if (text == region + pos)
+	text = fs_utf8_decode(region + cap - have, have, &tlen);
+	if (text == region + cap - have)
 		text = xstrndup(text, tlen);
 	free(region);
 	/* Fold CRLF to LF in place, then keep the last lines. */
@@ -372,21 +367,13 @@ fs_tool_read_media_file(const struct workspace *ws, json_t *args)
 	char *msg = NULL, *data, *b64;
 	const char *type;
 	size_t len;
-	int fd, e;
 	json_t *item, *result, *content;
 
 	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
 		return fs_result_error_free(msg);
-	if ((fd = open_path(ws, &p, O_RDONLY | O_NONBLOCK, "open", &msg)) < 0) {
+	if (fs_read_file(ws, &p, FS_READ_BASE64, &data, &len, &msg) < 0) {
 		fs_path_free(&p);
 		return fs_result_error_free(msg);
-	}
-	e = fs_read_fd(fd, &data, &len);
-	close(fd);
-	if (e != 0) {
-		fs_path_free(&p);
-		return fs_result_error_free(fs_msg_errno(e, "read", NULL,
-		    NULL));
 	}
 	b64 = base64((const unsigned char *)data, len);
 	free(data);
