@@ -50,6 +50,19 @@ success(char *text)
 	return result;
 }
 
+/* A file this call created and could not fill goes again. */
+static void
+remove_new(const struct workspace *ws, const struct fs_path *p)
+{
+	const char *base;
+	int dirfd = fs_open_parent(ws, p->rel, &base);
+
+	if (dirfd >= 0) {
+		unlinkat(dirfd, base, 0);
+		close(dirfd);
+	}
+}
+
 /* Exclusive creation first, so that nothing is written through a link
  * that exists; an existing file is replaced by a rename, keeping its
  * permission bits. */
@@ -71,8 +84,10 @@ fs_tool_write_file(const struct workspace *ws, json_t *args)
 	if (fd >= 0) {
 		e = write_all(fd, content, len);
 		close(fd);
-		if (e != 0)
+		if (e != 0) {
 			msg = fs_msg_errno(e, "write", NULL, NULL);
+			remove_new(ws, &p);
+		}
 	} else if (errno != EEXIST) {
 		msg = open_error(ws, &p, errno, "open");
 	} else if ((fd = fs_open(ws, p.rel, O_PATH, 0)) < 0) {
@@ -142,6 +157,18 @@ fs_tool_create_directory(const struct workspace *ws, json_t *args)
 	return success(xasprintf("Successfully created directory %s", path));
 }
 
+/* A filesystem without RENAME_NOREPLACE says EINVAL; the lstat before
+ * is then the only guard, as it is the npm server's. */
+static int
+rename_noreplace(int sdir, const char *sbase, int ddir, const char *dbase)
+{
+	if (renameat2(sdir, sbase, ddir, dbase, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -1;
+	return renameat(sdir, sbase, ddir, dbase);
+}
+
 /* Refuses to overwrite anything at the destination, as the server's
  * moveFile does; RENAME_NOREPLACE closes the window its lstat leaves. */
 json_t *
@@ -168,7 +195,7 @@ fs_tool_move_file(const struct workspace *ws, json_t *args)
 		msg = open_error(ws, &dst, errno, "lstat");
 	} else if ((sdir = fs_open_parent(ws, src.rel, &sbase)) < 0 ||
 	    (ddir = fs_open_parent(ws, dst.rel, &dbase)) < 0 ||
-	    renameat2(sdir, sbase, ddir, dbase, RENAME_NOREPLACE) < 0) {
+	    rename_noreplace(sdir, sbase, ddir, dbase) < 0) {
 		if (errno == EEXIST)
 			msg = xasprintf("Destination already exists: %s",
 			    dst.real);
