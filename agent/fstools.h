@@ -51,6 +51,10 @@ char *fs_msg_symlink_out(const struct workspace *ws, const char *real);
  * errno (the messages need the errno, which path_open folds away). */
 int fs_open(const struct workspace *ws, const char *rel, int flags,
     mode_t mode);
+/* fs_open of p->rel, -1 with *msg as Node words a failed syscall on
+ * p->real (an escape: "Access denied ..."). */
+int fs_open_msg(const struct workspace *ws, const struct fs_path *p,
+    int flags, const char *syscall, char **msg);
 /* The directory holding rel (not the root) and, in *base, rel's last part;
  * -1 with errno. */
 int fs_open_parent(const struct workspace *ws, const char *rel,

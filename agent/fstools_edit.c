@@ -267,13 +267,14 @@ read_content(const struct workspace *ws, const struct fs_path *p,
 static int
 file_mode(const struct workspace *ws, const struct fs_path *p, char **msg)
 {
-	int fd = fs_open(ws, p->rel, O_PATH, 0);
+	int fd = fs_open_msg(ws, p, O_PATH, "stat", msg);
 	struct stat st;
 
-	if (fd < 0 || fstat(fd, &st) < 0) {
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0) {
 		*msg = fs_msg_errno(errno, "stat", p->real, NULL);
-		if (fd >= 0)
-			close(fd);
+		close(fd);
 		return -1;
 	}
 	close(fd);

@@ -114,16 +114,11 @@ int
 fs_read_file(const struct workspace *ws, const struct fs_path *p,
     enum fs_read_as as, char **data, size_t *len, char **msg)
 {
-	int fd = fs_open(ws, p->rel, O_RDONLY | O_NONBLOCK, 0), e;
+	int fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg), e;
 	struct stat st;
 
-	if (fd < 0) {
-		if (errno == EXDEV || errno == ELOOP)
-			*msg = fs_msg_symlink_out(ws, p->real);
-		else
-			*msg = fs_msg_errno(errno, "open", p->real, NULL);
+	if (fd < 0)
 		return -1;
-	}
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		long long size = (long long)st.st_size;
 

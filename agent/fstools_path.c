@@ -384,6 +384,22 @@ fs_open(const struct workspace *ws, const char *rel, int flags, mode_t mode)
 }
 
 int
+fs_open_msg(const struct workspace *ws, const struct fs_path *p, int flags,
+    const char *syscall, char **msg)
+{
+	int fd = fs_open(ws, p->rel, flags, 0);
+
+	if (fd >= 0)
+		return fd;
+	/* Only a link swapped in since the path was checked gets here. */
+	if (errno == EXDEV || errno == ELOOP)
+		*msg = fs_msg_symlink_out(ws, p->real);
+	else
+		*msg = fs_msg_errno(errno, syscall, p->real, NULL);
+	return -1;
+}
+
+int
 fs_open_parent(const struct workspace *ws, const char *rel, const char **base)
 {
 	const char *slash = strrchr(rel, '/');

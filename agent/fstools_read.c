@@ -16,23 +16,6 @@
 
 #include "xmalloc.h"
 
-/* Open p for reading as Node does, the message naming syscall on
- * failure. -1 with *msg. */
-static int
-open_path(const struct workspace *ws, const struct fs_path *p, int flags,
-    const char *syscall, char **msg)
-{
-	int fd = fs_open(ws, p->rel, flags, 0);
-
-	if (fd >= 0)
-		return fd;
-	if (errno == EXDEV || errno == ELOOP)
-		*msg = fs_msg_symlink_out(ws, p->real);
-	else
-		*msg = fs_msg_errno(errno, syscall, p->real, NULL);
-	return -1;
-}
-
 /* fs.readFile(path, 'utf-8'). Caller frees the text. */
 static char *
 read_text(const struct workspace *ws, const struct fs_path *p, size_t *len,
@@ -54,7 +37,7 @@ static char *
 head_text(const struct workspace *ws, const struct fs_path *p, double n,
     size_t *len, char **msg)
 {
-	int fd = open_path(ws, p, O_RDONLY | O_NONBLOCK, "open", msg);
+	int fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg);
 	struct fs_buf b = { 0 };
 	size_t lines = 0, line_start = 0, end = 0;
 	char chunk[64 * 1024], *text;
@@ -145,7 +128,7 @@ static char *
 tail_text(const struct workspace *ws, const struct fs_path *p, double n,
     size_t *len, char **msg)
 {
-	int fd = open_path(ws, p, O_PATH, "stat", msg);
+	int fd = fs_open_msg(ws, p, O_PATH, "stat", msg);
 	struct stat st;
 	off_t pos;
 	double newlines = 0;
@@ -163,7 +146,7 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 	*len = 0;
 	if (st.st_size == 0)
 		return xstrdup("");
-	if ((fd = open_path(ws, p, O_RDONLY | O_NONBLOCK, "open", msg)) < 0)
+	if ((fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg)) < 0)
 		return NULL;
 	/* The blocks read so far sit at the end of region, growing down. */
 	pos = st.st_size;
@@ -441,7 +424,7 @@ fs_tool_get_file_info(const struct workspace *ws, json_t *args)
 
 	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
 		return fs_result_error_free(msg);
-	if ((fd = open_path(ws, &p, O_PATH, "stat", &msg)) < 0) {
+	if ((fd = fs_open_msg(ws, &p, O_PATH, "stat", &msg)) < 0) {
 		fs_path_free(&p);
 		return fs_result_error_free(msg);
 	}

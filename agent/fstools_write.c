@@ -16,15 +16,6 @@
 
 #include "xmalloc.h"
 
-static char *
-open_error(const struct workspace *ws, const struct fs_path *p, int e,
-    const char *syscall)
-{
-	if (e == EXDEV || e == ELOOP)
-		return fs_msg_symlink_out(ws, p->real);
-	return fs_msg_errno(e, syscall, p->real, NULL);
-}
-
 static int
 write_all(int fd, const char *data, size_t len)
 {
@@ -48,6 +39,16 @@ success(char *text)
 
 	free(text);
 	return result;
+}
+
+static void
+errno_msg(const struct workspace *ws, const struct fs_path *p, int e,
+    const char *syscall, char **msg)
+{
+	if (e == EXDEV || e == ELOOP)
+		*msg = fs_msg_symlink_out(ws, p->real);
+	else
+		*msg = fs_msg_errno(e, syscall, p->real, NULL);
 }
 
 /* A file this call created and could not fill goes again. */
@@ -89,10 +90,8 @@ fs_tool_write_file(const struct workspace *ws, json_t *args)
 			remove_new(ws, &p);
 		}
 	} else if (errno != EEXIST) {
-		msg = open_error(ws, &p, errno, "open");
-	} else if ((fd = fs_open(ws, p.rel, O_PATH, 0)) < 0) {
-		msg = open_error(ws, &p, errno, "stat");
-	} else {
+		errno_msg(ws, &p, errno, "open", &msg);
+	} else if ((fd = fs_open_msg(ws, &p, O_PATH, "stat", &msg)) >= 0) {
 		e = fstat(fd, &st) < 0 ? errno : 0;
 		close(fd);
 		if (e != 0)
@@ -192,7 +191,7 @@ fs_tool_move_file(const struct workspace *ws, json_t *args)
 		close(fd);
 		msg = xasprintf("Destination already exists: %s", dst.real);
 	} else if (errno != ENOENT) {
-		msg = open_error(ws, &dst, errno, "lstat");
+		errno_msg(ws, &dst, errno, "lstat", &msg);
 	} else if ((sdir = fs_open_parent(ws, src.rel, &sbase)) < 0 ||
 	    (ddir = fs_open_parent(ws, dst.rel, &dbase)) < 0 ||
 	    rename_noreplace(sdir, sbase, ddir, dbase) < 0) {
