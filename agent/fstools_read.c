@@ -160,7 +160,8 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 		if (have + size > cap) {
 			char *bigger = xmalloc(cap * 2);
 
-			memcpy(bigger + cap * 2 - have, region + cap - have, have);
+			memcpy(bigger + cap * 2 - have, region + cap - have,
+			    have);
 			free(region);
 			region = bigger;
 			cap *= 2;

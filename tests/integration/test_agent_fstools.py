@@ -261,7 +261,8 @@ def test_listing_and_search_same_as_npm(pair):
         ("directory_tree", {"path": "outdir"}),
         ("directory_tree", {"path": ".", "excludePatterns": ["node_modules",
                                                              "*.txt"]}),
-        ("directory_tree", {"path": ".", "excludePatterns": ["deep", ".hidden"]}),
+        ("directory_tree", {"path": ".",
+                            "excludePatterns": ["deep", ".hidden"]}),
         ("directory_tree", {"path": ".", "excludePatterns": ["**/deeper/**"]}),
         ("search_files", {"path": ".", "pattern": "*.txt"}),
         ("search_files", {"path": ".", "pattern": "**/*.txt"}),
@@ -299,8 +300,8 @@ def test_listing_and_search_same_as_npm(pair):
             {"name": "c.py", "type": "file"},
             {"name": "deeper", "type": "directory", "children": [
                 {"name": "d.txt", "type": "file"}]}]}]
-    found = text_of(ours[calls.index(("search_files", {"path": ".",
-                                                       "pattern": "**/*.txt"}))])
+    search = ("search_files", {"path": ".", "pattern": "**/*.txt"})
+    found = text_of(ours[calls.index(search)])
     assert os.path.join(pair.ws, "sub/deep/deeper/d.txt") in found.split("\n")
     assert all(SECRET not in json.dumps(r) for r in ours)
 
@@ -361,7 +362,8 @@ def test_edit_file_same_as_npm(pair):
                                   "newText": ""}]}),
         ("edit_file", {"path": "sub/deep/deeper/d.txt", "dryRun": True,
                        "edits": [{"oldText": "line 1\n", "newText": "first\n"},
-                                 {"oldText": "line 100\n", "newText": "last"}]}),
+                                 {"oldText": "line 100\n",
+                                  "newText": "last"}]}),
         # Whitespace-flexible matching, re-indented as the server does.
         ("edit_file", {"path": "sub/deep/c.py", "dryRun": True, "edits": [
             {"oldText": "  x = 2\n return x",
