@@ -567,3 +567,40 @@ def test_protocol_corners_with_a_scripted_peer(agent):
     assert agent.get("/healthz").text == "OK"
     r = call(agent, "fast", {"n": 0})
     assert r.status_code == 502 and "not running" in r.json()["detail"]
+
+
+# ---- native tool groups next to MCP servers ------------------------------
+
+def test_native_group_comes_first(start_agent, tmp_workspace):
+    a = start_agent("--tools", " filesystem,filesystem ")
+    other = os.path.join(os.path.dirname(tmp_workspace), "other")
+    os.mkdir(other)
+    with open(os.path.join(other, "o.txt"), "w") as f:
+        f.write("outside the workspace")
+    with open(os.path.join(tmp_workspace, "w.txt"), "w") as f:
+        f.write("inside")
+    # The MCP filesystem server may read "other"; the native group may not.
+    r = add(a, {"everything": everything(), "fs": filesystem(other)})
+    assert r.status_code == 200, r.text
+    tools = a.get("/mcp/list_tools").json()
+    assert list(tools) == ["filesystem", "everything", "fs"]
+    assert tools["filesystem"]["read_text_file"]["json_schema"]["function"]["name"] == \
+        "read_text_file"
+    assert set(tools["filesystem"]) == set(tools["fs"])
+    # Native first: the name both offer reaches the native tool.
+    r = call(a, "read_text_file", {"path": "w.txt"})
+    assert r.status_code == 200
+    res = r.json()
+    assert res["meta"] is None and res["isError"] is False
+    assert res["content"] == [{"type": "text", "text": "inside"}]
+    r = call(a, "read_text_file", {"path": os.path.join(other, "o.txt")})
+    assert r.status_code == 200 and r.json()["isError"] is True
+    assert "outside the workspace" not in text_of(r.json())
+    # Names only a server offers still reach it.
+    assert text_of(call(a, "echo", {"message": "m"}).json()) == "Echo: m"
+    # A group's name is not free for a server.
+    r = add(a, {"filesystem": everything()})
+    assert r.status_code == 409 and "native tool group" in r.json()["detail"]
+    # --tools filesystem without servers: only the group.
+    b = start_agent("--tools", "filesystem", workspace=tmp_workspace)
+    assert list(b.get("/mcp/list_tools").json()) == ["filesystem"]
