@@ -115,6 +115,7 @@ def test_output_cap_adds_note(start_agent):
     assert texts["returncode"] == "0"
 
 
+@pytest.mark.memory
 def test_huge_output_does_not_grow_memory(agent):
     from conftest import rss_kib
     res = agent.shell("head -c 200000000 /dev/zero")
