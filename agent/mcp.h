@@ -7,7 +7,8 @@
  *                  own requests and notifications; knows no transport.
  *   mcp_stdio.c    a child process: newline-delimited JSON on its stdin and
  *   mcp_http.c     stdout, its stderr into our log; or streamable HTTP (and
- *   mcp_sse.c      the legacy HTTP+SSE transport), with an event parser.
+ *   mcp_sse.c      the legacy HTTP+SSE transport), with an event parser;
+ *   mcp_url.c      the servers' urls.
  *   mcp_server.c   one server: the initialize handshake, the tool list
  *                  (paginated), calls, what happens when it dies.
  *   mcp.c          the registry of servers and the /mcp routes.
@@ -101,6 +102,21 @@ struct mcp_transport *mcp_http_start(struct mcp_server *srv, json_t *cfg,
     struct error *err);
 /* The HTTP part of mcp_config_check: url and headers. */
 int mcp_http_check(const char *name, json_t *cfg, struct error *err);
+
+/* mcp_url.c: the http:// urls of remote servers. */
+
+/* Part of its owner: mcp_url_parse, then mcp_url_clear. */
+struct mcp_url {
+	char *addr;		/* "127.0.0.1:3001", for the client */
+	char *host;		/* the Host header: what the url said */
+	char *target;		/* "/mcp?x=y" */
+};
+
+/* Only http:// with a numeric host or localhost: 0, or -1 with err (400). */
+int mcp_url_parse(const char *url, struct mcp_url *u, struct error *err);
+void mcp_url_clear(struct mcp_url *u);
+/* Whether s is visible ASCII (and spaces, if allowed). */
+int mcp_url_visible(const char *s, size_t len, int spaces);
 
 /* mcp_sse.c: server-sent events, parsed as they arrive. */
 

@@ -21,7 +21,6 @@
 #include "agent.h"
 #include "mcp.h"
 
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,124 +40,19 @@
 /* What we keep of an error answer's body for the message. */
 #define ERROR_BODY_MAX 300
 
-struct url {
-	char *addr;		/* "127.0.0.1:3001", for the client */
-	char *host;		/* the Host header: what the url said */
-	char *target;		/* "/mcp?x=y" */
-};
-
-/* Visible ASCII only (and spaces where allowed): what goes into a request
- * line or header must mean to the server what it means to us. */
-static int
-visible(const char *s, size_t len, int spaces)
-{
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x20 || c >= 0x7f || (c == ' ' && !spaces))
-			return 0;
-	}
-	return 1;
-}
-
-static void
-url_clear(struct url *u)
-{
-	free(u->addr);
-	free(u->host);
-	free(u->target);
-	memset(u, 0, sizeof *u);
-}
-
-static int
-url_parse(const char *url, struct url *u, struct error *err)
-{
-	const char *auth, *rest, *colon;
-	char *host = NULL, buf[16];
-	size_t alen;
-	long port = 80;
-
-	memset(u, 0, sizeof *u);
-	if (!visible(url, strlen(url), 0)) {
-		error_set(err, 400, "url %s: spaces and other characters "
-		    "outside visible ASCII must be percent-encoded", url);
-		return -1;
-	}
-	if (strncasecmp(url, "https://", 8) == 0) {
-		error_set(err, 400, "url %s: https is not supported", url);
-		return -1;
-	}
-	if (strncasecmp(url, "http://", 7) != 0) {
-		error_set(err, 400, "url %s: want http://HOST:PORT/PATH", url);
-		return -1;
-	}
-	auth = url + 7;
-	alen = strcspn(auth, "/?#");
-	rest = auth + alen;
-	if (alen == 0 || memchr(auth, '@', alen) != NULL) {
-		error_set(err, 400, "url %s: want http://HOST:PORT/PATH (no "
-		    "user name; send credentials in \"headers\")", url);
-		return -1;
-	}
-	if (auth[0] == '[') {
-		const char *end = memchr(auth, ']', alen);
-
-		if (end == NULL)
-			goto bad_host;
-		host = xstrndup(auth + 1, (size_t)(end - auth - 1));
-		colon = end + 1 < rest && end[1] == ':' ? end + 1 : NULL;
-		if (end + 1 != rest && colon == NULL)
-			goto bad_host;
-		if (inet_pton(AF_INET6, host, buf) != 1)
-			goto bad_host;
-	} else {
-		colon = memchr(auth, ':', alen);
-		host = xstrndup(auth, colon != NULL ? (size_t)(colon - auth) :
-		    alen);
-		if (strcasecmp(host, "localhost") == 0) {
-			free(host);
-			host = xstrdup("127.0.0.1");
-		}
-		if (inet_pton(AF_INET, host, buf) != 1)
-			goto bad_host;
-	}
-	if (colon != NULL) {
-		char *end;
-
-		port = strtol(colon + 1, &end, 10);
-		if (end != rest || end == colon + 1 || port < 1 || port > 65535) {
-			error_set(err, 400, "url %s: bad port", url);
-			free(host);
-			return -1;
-		}
-	}
-	u->addr = strchr(host, ':') != NULL ?
-	    xasprintf("[%s]:%ld", host, port) : xasprintf("%s:%ld", host, port);
-	u->host = xstrndup(auth, alen);
-	u->target = xasprintf("%s%.*s", *rest == '/' ? "" : "/",
-	    (int)strcspn(rest, "#"), rest);
-	free(host);
-	return 0;
-bad_host:
-	error_set(err, 400, "url %s: the host must be an IP address or "
-	    "localhost (the agent resolves no names)", url);
-	free(host);
-	return -1;
-}
-
 int
 mcp_http_check(const char *name, json_t *cfg, struct error *err)
 {
 	json_t *headers = json_object_get(cfg, "headers"), *v;
 	const char *key;
-	struct url u;
+	struct mcp_url u;
 
-	if (url_parse(json_string_value(json_object_get(cfg, "url")), &u,
+	if (mcp_url_parse(json_string_value(json_object_get(cfg, "url")), &u,
 	    err) < 0) {
 		error_prefix(err, "MCP server '%s'", name);
 		return -1;
 	}
-	url_clear(&u);
+	mcp_url_clear(&u);
 	if (headers == NULL || json_is_null(headers))
 		return 0;
 	if (!json_is_object(headers)) {
@@ -168,8 +62,10 @@ mcp_http_check(const char *name, json_t *cfg, struct error *err)
 	}
 	json_object_foreach(headers, key, v) {
 		if (!json_is_string(v) || key[0] == '\0' ||
-		    strchr(key, ':') != NULL || !visible(key, strlen(key), 0) ||
-		    !visible(json_string_value(v), json_string_length(v), 1)) {
+		    strchr(key, ':') != NULL ||
+		    !mcp_url_visible(key, strlen(key), 0) ||
+		    !mcp_url_visible(json_string_value(v),
+		    json_string_length(v), 1)) {
 			error_set(err, 400, "MCP server '%s': headers must be an "
 			    "object of strings in visible ASCII, names without "
 			    "':'", name);
@@ -202,7 +98,7 @@ struct post {
 struct http_transport {
 	struct mcp_transport base;
 	struct mcp_server *srv;
-	struct url url;
+	struct mcp_url url;
 	char *post_target;		/* legacy: from the endpoint event */
 	char **headers;			/* the config's, "Name: value" */
 	size_t nheaders;
@@ -285,18 +181,18 @@ set_endpoint(struct http_transport *t, const char *data, size_t len)
 {
 	char *ref = xstrndup(data, len), *target = NULL;
 	struct error err;
-	struct url u;
+	struct mcp_url u;
 
-	if (!visible(ref, strlen(ref), 0) || ref[0] == '\0') {
+	if (!mcp_url_visible(ref, strlen(ref), 0) || ref[0] == '\0') {
 		lost(t, "its endpoint event is not a url");
 	} else if (ref[0] == '/') {
 		target = xstrdup(ref);
 	} else if (strncasecmp(ref, "http://", 7) == 0) {
-		if (url_parse(ref, &u, &err) == 0)
+		if (mcp_url_parse(ref, &u, &err) == 0)
 			target = xstrdup(u.target);
 		else
 			lost(t, "its endpoint event: %s", err.msg);
-		url_clear(&u);
+		mcp_url_clear(&u);
 	} else {
 		target = xasprintf("%.*s%s", (int)(strrchr(t->url.target, '/') -
 		    t->url.target + 1), t->url.target, ref);
@@ -345,7 +241,8 @@ post_head(struct http_client_request *r, int status, void *arg)
 	p->stream = status / 100 == 2 && type != NULL &&
 	    strncasecmp(type, "text/event-stream", 17) == 0;
 	if (session != NULL && t->session == NULL && status / 100 == 2) {
-		if (!visible(session, strlen(session), 0) || session[0] == '\0') {
+		if (!mcp_url_visible(session, strlen(session), 0) ||
+		    session[0] == '\0') {
 			lost(t, "its Mcp-Session-Id is not visible ASCII");
 			return;
 		}
@@ -640,7 +537,7 @@ http_free(struct mcp_transport *base)
 	free(t->headers);
 	free(t->session);
 	free(t->post_target);
-	url_clear(&t->url);
+	mcp_url_clear(&t->url);
 	free(t);
 }
 
@@ -732,7 +629,7 @@ mcp_http_start(struct mcp_server *srv, json_t *cfg, struct error *err)
 	t->queue = json_array();
 	TAILQ_INIT(&t->posts);
 	t->legacy = type != NULL && strcmp(type, "sse") == 0;
-	if (url_parse(json_string_value(json_object_get(cfg, "url")), &t->url,
+	if (mcp_url_parse(json_string_value(json_object_get(cfg, "url")), &t->url,
 	    err) < 0) {
 		http_free(&t->base);
 		return NULL;
