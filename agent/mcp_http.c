@@ -15,6 +15,12 @@
  * stream whose first event, "endpoint", names where to POST; every answer
  * comes back on the stream. The stream ending means the server is gone.
  *
+ * A config without "type" gets what the MCP specification recommends for
+ * backwards compatibility: initialize is POSTed as streamable HTTP first;
+ * a 400, 404 or 405 to it says the server predates that transport, and
+ * the same url is then opened as a legacy event stream, where initialize
+ * goes once the endpoint event names where.
+ *
  * Only http:// with a numeric host or localhost: the client has no TLS and
  * resolves no names.
  */
@@ -91,6 +97,7 @@ struct post {
 	struct sse sse;
 	struct event *refused;		/* reports a request never sent */
 	struct error refusal;
+	json_t *probe;			/* no type: the message, to send again */
 	TAILQ_ENTRY(post) entry;
 };
 
@@ -104,6 +111,8 @@ struct http_transport {
 	size_t nheaders;
 	char *session;			/* Mcp-Session-Id */
 	int legacy;
+	int probing;			/* no type, and no answer yet */
+	int refused_status;		/* of the POST that made it legacy */
 	int stopped;
 	int notifying;			/* notification POSTs in flight */
 	json_t *queue;			/* messages waiting their turn */
@@ -113,6 +122,7 @@ struct http_transport {
 };
 
 static void flush_queue(struct http_transport *t);
+static int open_stream(struct http_transport *t, struct error *err);
 
 static void
 lost(struct http_transport *t, const char *fmt, ...)
@@ -143,6 +153,7 @@ post_free(struct post *p)
 	if (p->body != NULL)
 		evbuffer_free(p->body);
 	sse_clear(&p->sse);
+	json_decref(p->probe);
 	free(p);
 }
 
@@ -314,6 +325,31 @@ post_failed(struct post *p, const char *fmt, ...)
 		log_warn("%s", err.msg);
 }
 
+/* What an older server (HTTP+SSE only) answers a POST to its stream's
+ * url: no such route, or not for POST, or no session id in the query. */
+static int
+refuses_streamable(int status)
+{
+	return status == 400 || status == 404 || status == 405;
+}
+
+/* The probe was refused: talk HTTP+SSE, the probe's message first. */
+static void
+fall_back(struct http_transport *t, struct post *p)
+{
+	struct error err;
+
+	log_info("MCP server '%s' answered HTTP %d to streamable HTTP: "
+	    "trying HTTP+SSE", t->srv->name, p->status);
+	t->legacy = 1;
+	t->refused_status = p->status;
+	json_array_insert(t->queue, 0, p->probe);
+	post_free(p);
+	sse_init(&t->stream_sse);
+	if (open_stream(t, &err) < 0)
+		lost(t, "%s", err.msg);
+}
+
 static void
 post_done(struct http_client_request *r, const struct error *err, void *arg)
 {
@@ -325,6 +361,15 @@ post_done(struct http_client_request *r, const struct error *err, void *arg)
 
 	(void)r;
 	p->r = NULL;		/* the client frees it after this */
+	if (p->probe != NULL) {
+		t->probing = 0;
+		if (err == NULL && refuses_streamable(p->status)) {
+			mcp_server_ref(srv);
+			fall_back(t, p);
+			mcp_server_unref(srv);
+			return;
+		}
+	}
 	mcp_server_ref(srv);
 	if (err != NULL) {
 		post_failed(p, "%s", err->msg);
@@ -404,6 +449,8 @@ post(struct http_transport *t, json_t *msg)
 	p->t = t;
 	p->id = request_id(msg);
 	p->notification = json_object_get(msg, "id") == NULL;
+	if (t->probing)
+		p->probe = json_incref(msg);
 	TAILQ_INSERT_TAIL(&t->posts, p, entry);
 	if (p->notification)
 		t->notifying++;
@@ -450,12 +497,14 @@ cancel_post_of(struct http_transport *t, json_t *msg)
 }
 
 /* Notifications go out before anything sent after them, so that, say,
- * notifications/initialized is in before the first tools/list. */
+ * notifications/initialized is in before the first tools/list. While
+ * the transport is not known, the probe goes alone. */
 static void
 flush_queue(struct http_transport *t)
 {
 	while (!t->stopped && json_array_size(t->queue) > 0 &&
-	    t->notifying == 0 && (!t->legacy || t->post_target != NULL)) {
+	    t->notifying == 0 && (!t->legacy || t->post_target != NULL) &&
+	    (!t->probing || TAILQ_EMPTY(&t->posts))) {
 		json_t *msg = json_incref(json_array_get(t->queue, 0));
 
 		json_array_remove(t->queue, 0);
@@ -559,9 +608,15 @@ stream_head(struct http_client_request *r, int status, void *arg)
 	    strncasecmp(type, "text/event-stream", 17) != 0) {
 		t->stream = NULL;
 		http_client_cancel(r);
-		lost(t, "GET http://%s%s answered HTTP %d%s", t->url.host,
-		    t->url.target, status, status == 200 ? ", not an event "
-		    "stream" : "");
+		if (t->refused_status != 0)
+			lost(t, "it answered HTTP %d to a streamable HTTP POST, "
+			    "and GET http://%s%s answered HTTP %d%s",
+			    t->refused_status, t->url.host, t->url.target,
+			    status, status == 200 ? ", not an event stream" : "");
+		else
+			lost(t, "GET http://%s%s answered HTTP %d%s",
+			    t->url.host, t->url.target, status, status == 200 ?
+			    ", not an event stream" : "");
 	}
 }
 
@@ -629,6 +684,7 @@ mcp_http_start(struct mcp_server *srv, json_t *cfg, struct error *err)
 	t->queue = json_array();
 	TAILQ_INIT(&t->posts);
 	t->legacy = type != NULL && strcmp(type, "sse") == 0;
+	t->probing = type == NULL;
 	if (mcp_url_parse(json_string_value(json_object_get(cfg, "url")), &t->url,
 	    err) < 0) {
 		http_free(&t->base);
@@ -646,6 +702,8 @@ mcp_http_start(struct mcp_server *srv, json_t *cfg, struct error *err)
 		}
 	}
 	log_info("MCP server '%s' at http://%s%s (%s)", srv->name, t->url.host,
-	    t->url.target, t->legacy ? "HTTP+SSE" : "streamable HTTP");
+	    t->url.target, t->legacy ? "HTTP+SSE" : t->probing ?
+	    "streamable HTTP, or HTTP+SSE if it refuses that" :
+	    "streamable HTTP");
 	return &t->base;
 }

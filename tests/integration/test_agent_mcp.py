@@ -483,6 +483,52 @@ def test_legacy_sse_server(agent, http_server):
     assert r.status_code == 502 and "'old'" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("mode,path", [("streamableHttp", "/mcp"), ("sse", "/sse")])
+def test_remote_server_without_type(agent, http_server, mode, path):
+    # No "type": streamable HTTP first, HTTP+SSE when the server refuses it.
+    srv = http_server(mode)
+    url = f"http://127.0.0.1:{srv.port}{path}"
+    r = add(agent, {"remote": {"url": url}, "nulltype": {"type": None, "url": url}})
+    assert r.status_code == 200, r.text
+    tools = agent.get("/mcp/list_tools").json()
+    assert "echo" in tools["remote"] and "echo" in tools["nulltype"]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        fs = [ex.submit(call, agent, "get-sum", {"a": i, "b": 1}) for i in range(8)]
+        for i, f in enumerate(fs):
+            assert text_of(f.result().json()) == f"The sum of {i} and 1 is {i + 1}."
+    if mode == "streamableHttp":
+        # It spoke streamable HTTP at once: one session per server.
+        assert srv.read_log().count("Session initialized with ID") == 2
+        assert "trying HTTP+SSE" not in agent.read_log()
+    else:
+        assert "answered HTTP 404 to streamable HTTP: trying HTTP+SSE" in agent.read_log()
+    # The legacy stream ending, or the session going, is noticed as before.
+    srv.stop()
+    r = wait_for(lambda: (lambda r: [r] if r.status_code != 200 else None)(
+        call(agent, "echo", {"message": "x"})))[0]
+    assert r.status_code == 502 and "'remote'" in r.json()["detail"]
+
+
+def test_explicit_type_is_not_second_guessed(agent, http_server):
+    srv = http_server("sse")
+    r = add(agent, {"typed": {"type": "streamable_http",
+                              "url": f"http://127.0.0.1:{srv.port}/sse"}})
+    assert r.status_code == 500 and "HTTP 404" in r.json()["detail"], r.text
+    assert "trying HTTP+SSE" not in agent.read_log()
+
+
+def test_remote_server_without_type_that_speaks_neither(agent, http_server):
+    srv = http_server("streamableHttp")
+    r = add(agent, {"lost": {"url": f"http://127.0.0.1:{srv.port}/nothing"}})
+    assert r.status_code == 500, r.text
+    detail = r.json()["detail"]
+    assert "'lost'" in detail and "HTTP 404 to a streamable HTTP POST" in detail
+    assert "GET http://127.0.0.1:%d/nothing answered HTTP 404" % srv.port in detail
+    r = add(agent, {"away": {"url": f"http://127.0.0.1:{free_port()}/mcp"}})
+    assert r.status_code == 500 and "connect" in r.json()["detail"]
+    assert agent.get("/healthz").text == "OK"
+
+
 def test_http_server_that_is_not_there(agent):
     r = add(agent, {"away": {"type": "streamable_http",
                              "url": f"http://127.0.0.1:{free_port()}/mcp"}})
