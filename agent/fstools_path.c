@@ -172,12 +172,14 @@ fs_msg_errno(int errnum, const char *syscall, const char *path,
 {
 	const char *code = strerrorname_np(errnum), *text = NULL;
 	struct fs_buf b = { 0 };
+	char buf[128];
 
 	for (size_t i = 0; i < sizeof uv_texts / sizeof uv_texts[0]; i++)
 		if (uv_texts[i].errnum == errnum)
 			text = uv_texts[i].text;
+	/* The tools run on worker threads: not strerror's shared buffer. */
 	if (text == NULL)
-		text = strerror(errnum);
+		text = strerror_r(errnum, buf, sizeof buf);
 	if (code != NULL)
 		fs_buf_printf(&b, "%s: %s, %s", code, text, syscall);
 	else

@@ -311,5 +311,6 @@ main(int argc, char **argv)
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
 	git_routes_shutdown();
+	tools_shutdown();
 	return 0;
 }

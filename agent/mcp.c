@@ -529,6 +529,20 @@ server_with_tool(struct agent *agent, const char *tool)
 	return NULL;
 }
 
+/* A client that left meanwhile makes the reply a no-op: the answer is
+ * dropped. */
+static void
+native_done(struct evbuffer *answer, const struct error *err, void *arg)
+{
+	struct call *c = arg;
+
+	if (err != NULL)
+		http_reply_err(c->req, err);
+	else
+		http_reply_buffer(c->req, 200, "application/json", answer);
+	call_free(c);
+}
+
 static void call_dispatch(struct call *c);
 
 static void
@@ -543,15 +557,9 @@ call_dispatch(struct call *c)
 	const struct tool *native = tools_find(c->agent, c->tool);
 	struct mcp_server *srv;
 	struct error err = { 0 };
-	json_t *result;
 
 	if (native != NULL) {
-		if (tools_call(c->agent, native, c->arguments, &result,
-		    &err) < 0)
-			http_reply_err(c->req, &err);
-		else
-			http_reply_json(c->req, 200, result);
-		call_free(c);
+		tools_call(c->agent, native, c->arguments, native_done, c);
 		return;
 	}
 	srv = server_with_tool(c->agent, c->tool);

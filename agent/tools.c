@@ -7,15 +7,27 @@
  * (a server replaced with overwrite counts as added anew). The groups are
  * enabled at start, before any server exists, so this is simply "the first
  * registered wins"; each group is listed as one more server named after it.
+ *
+ * A call runs on a worker thread (common/work.h), so that a tree of a
+ * million files or a file of a gigabyte holds up no other request; the
+ * tools share nothing but the workspace's root descriptor, so calls run
+ * side by side on up to TOOLS_WORKERS threads.
  */
 #include "agent.h"
 #include "toolset.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+#include <event2/event.h>
+
 #include "log.h"
+#include "work.h"
 #include "xmalloc.h"
+
+#define TOOLS_WORKERS 4
 
 /* Every group the agent knows, by --tools name; ends with a NULL name. */
 static const struct {
@@ -154,12 +166,154 @@ tools_result_normalize(json_t *result)
 		json_object_set_new(result, "isError", json_false());
 }
 
-int
-tools_call(struct agent *agent, const struct tool *tool, json_t *arguments,
-    json_t **result, struct error *err)
+/* Calls. */
+
+/* One native tool call: made on the loop, run on a worker, answered and
+ * freed on the loop by job_done. */
+struct tool_job {
+	struct agent *agent;
+	const struct tool *tool;
+	json_t *arguments;		/* a reference */
+	struct evbuffer *answer;	/* the result as JSON text */
+	struct error err;
+	int failed;
+	size_t queue;			/* which worker has it */
+	tools_done_cb done;
+	void *arg;
+};
+
+/* The workers, started as calls come in, up to TOOLS_WORKERS; they live
+ * until tools_shutdown. pending counts each one's calls not yet answered
+ * (loop thread only). */
+static struct work_queue *queues[TOOLS_WORKERS];
+static unsigned pending[TOOLS_WORKERS];
+static size_t nqueues;
+/* Set at shutdown: queued calls are answered 503 instead of run. */
+static atomic_int stopping;
+
+static void
+free_text(const void *data, size_t len, void *extra)
 {
-	if (tool->call(agent, arguments, result, err) < 0)
-		return -1;
-	tools_result_normalize(*result);
-	return 0;
+	(void)len;
+	(void)extra;
+	free((void *)data);
+}
+
+/* On a worker: the tool, and the answer's JSON text, which for a big
+ * tree or file is worth keeping off the loop too. */
+static void
+job_run(void *arg)
+{
+	struct tool_job *job = arg;
+	json_t *result;
+	char *text;
+
+	if (atomic_load(&stopping)) {
+		error_set(&job->err, 503, "the agent is shutting down");
+		job->failed = 1;
+		return;
+	}
+	if (job->tool->call(job->agent, job->arguments, &result,
+	    &job->err) < 0) {
+		job->failed = 1;
+		return;
+	}
+	tools_result_normalize(result);
+	text = json_dumps(result, JSON_COMPACT);
+	json_decref(result);
+	if (text == NULL) {
+		/* Only invalid UTF-8 in a string gets here; a bug of ours. */
+		error_set(&job->err, 500, "tool %s: cannot encode its result "
+		    "as JSON", job->tool->name);
+		job->failed = 1;
+		return;
+	}
+	job->answer = evbuffer_new();
+	evbuffer_add_reference(job->answer, text, strlen(text), free_text,
+	    NULL);
+}
+
+static void
+job_finish(struct tool_job *job)
+{
+	job->done(job->failed ? NULL : job->answer, job->failed ? &job->err :
+	    NULL, job->arg);
+	if (job->answer != NULL)
+		evbuffer_free(job->answer);
+	json_decref(job->arguments);
+	free(job);
+}
+
+static void
+job_done(void *arg)
+{
+	struct tool_job *job = arg;
+
+	pending[job->queue]--;
+	job_finish(job);
+}
+
+/* No worker: the refusal still comes from the loop, after tools_call
+ * returned. */
+static void
+refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	job_finish(arg);
+}
+
+/* An idle worker, a new one while there are fewer than TOOLS_WORKERS,
+ * else the least busy; -1 when not even one could be started. */
+static ssize_t
+pick_queue(struct agent *agent)
+{
+	size_t best = 0;
+
+	for (size_t i = 0; i < nqueues; i++) {
+		if (pending[i] == 0)
+			return (ssize_t)i;
+		if (pending[i] < pending[best])
+			best = i;
+	}
+	if (nqueues < TOOLS_WORKERS &&
+	    (queues[nqueues] = work_queue_new(agent->base)) != NULL)
+		return (ssize_t)nqueues++;
+	return nqueues > 0 ? (ssize_t)best : -1;
+}
+
+void
+tools_call(struct agent *agent, const struct tool *tool, json_t *arguments,
+    tools_done_cb done, void *arg)
+{
+	struct tool_job *job = xcalloc(1, sizeof *job);
+	ssize_t q = pick_queue(agent);
+
+	job->agent = agent;
+	job->tool = tool;
+	job->arguments = json_incref(arguments);
+	job->done = done;
+	job->arg = arg;
+	if (q < 0) {
+		error_set(&job->err, 500, "native tools are unavailable: no "
+		    "worker thread could start");
+		job->failed = 1;
+		event_base_once(agent->base, -1, EV_TIMEOUT, refused_cb, job,
+		    NULL);
+		return;
+	}
+	job->queue = (size_t)q;
+	pending[q]++;
+	work_queue_submit(queues[q], job_run, job_done, job);
+}
+
+/* A call under way is let finish (a write_file cut off would leave a
+ * temporary file behind); the queued ones are answered without running. */
+void
+tools_shutdown(void)
+{
+	atomic_store(&stopping, 1);
+	for (size_t i = 0; i < nqueues; i++)
+		work_queue_free(queues[i]);
+	nqueues = 0;
 }

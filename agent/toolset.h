@@ -15,12 +15,15 @@
 #include "error.h"
 
 struct agent;
+struct evbuffer;
 
 struct tool {
 	const char *name;		/* "read_file" */
 	const char *description;
 	const char *input_schema;	/* JSON text of the MCP inputSchema */
-	/* Run the tool. On success *result is a new CallToolResult object
+	/* Run the tool, on a worker thread: it may use agent->ws, nothing
+	 * else of the agent, and nothing that is not thread-safe. On
+	 * success *result is a new CallToolResult object
 	 * ({"content": [...], "isError": bool}); a failure the tool itself
 	 * reports (a missing file, say) is a result with isError true, as
 	 * MCP servers do. -1 with err only for arguments that do not fit
@@ -55,9 +58,19 @@ json_t *tools_list_entry(const char *name, const char *description,
 void tools_list_native(struct agent *agent, json_t *answer);
 /* The enabled native tool of that name, or NULL; the first group wins. */
 const struct tool *tools_find(struct agent *agent, const char *name);
-/* Run a native tool: 0 with *result a new CallToolResult, or -1 with err. */
-int tools_call(struct agent *agent, const struct tool *tool,
-    json_t *arguments, json_t **result, struct error *err);
+/* The end of a native tool call, on the loop thread: answer holds the
+ * CallToolResult as JSON text (normalized; the callee may drain it), or
+ * err says why there is none (400 arguments that do not fit, 503 the
+ * agent is shutting down). */
+typedef void (*tools_done_cb)(struct evbuffer *answer, const struct error *err,
+    void *arg);
+/* Run a native tool on a worker thread; done follows on the loop, never
+ * before this returns. arguments is referenced until then. */
+void tools_call(struct agent *agent, const struct tool *tool,
+    json_t *arguments, tools_done_cb done, void *arg);
+/* After the loop ended: wait for the calls under way, answer the queued
+ * ones 503. */
+void tools_shutdown(void);
 /* Give a CallToolResult the shape of the reference's answers: "_meta" as
  * "meta" (null when absent), "isError" always there. */
 void tools_result_normalize(json_t *result);

@@ -25,6 +25,7 @@ error_set(struct error *err, int status, const char *fmt, ...)
 void
 error_set_errno(struct error *err, int status, int errnum, const char *fmt, ...)
 {
+	char buf[128];
 	va_list ap;
 	size_t len;
 
@@ -34,7 +35,9 @@ error_set_errno(struct error *err, int status, int errnum, const char *fmt, ...)
 	error_vset(err, status, fmt, ap);
 	va_end(ap);
 	len = strlen(err->msg);
-	snprintf(err->msg + len, sizeof err->msg - len, ": %s", strerror(errnum));
+	/* Worker threads (git, native tools) fail too: strerror_r. */
+	snprintf(err->msg + len, sizeof err->msg - len, ": %s",
+	    strerror_r(errnum, buf, sizeof buf));
 }
 
 void

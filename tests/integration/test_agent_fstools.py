@@ -21,7 +21,9 @@ literally in ours) and the Unicode-normalisation lookup of missing paths.
 import json
 import os
 import re
+import select
 import shutil
+import socket
 
 import pytest
 
@@ -545,3 +547,57 @@ def test_deliberate_differences(pair):
     names = {a.split()[1] for a, _ in differing}
     # The two links out, and the total they count in.
     assert names == {"out", "outdir", "size:"}
+
+
+def raw_call(agent, tool, arguments):
+    """A call on a socket of its own, sent and not read."""
+    body = json.dumps({"tool_name": tool, "arguments": arguments}).encode()
+    sock = socket.create_connection(("127.0.0.1", agent.port))
+    sock.sendall(b"POST /mcp/call_tool HTTP/1.1\r\nHost: agent\r\n"
+                 b"Authorization: Bearer %s\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: %d\r\n\r\n%s"
+                 % (agent.token.encode(), len(body), body))
+    return sock
+
+
+def read_answer(sock):
+    f = sock.makefile("rb")
+    status = int(f.readline().split()[1])
+    length = None
+    while (line := f.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, json.loads(f.read(length))
+
+
+def test_native_calls_hold_up_nothing(start_agent, tmp_workspace):
+    big = os.path.join(tmp_workspace, "big")
+    for d in range(100):
+        os.makedirs(os.path.join(big, f"d{d:03}"))
+        for i in range(1000):
+            open(os.path.join(big, f"d{d:03}", f"f{i:04}"), "w").close()
+    a = start_agent("--tools", "filesystem")
+    walk = raw_call(a, "directory_tree", {"path": "big"})
+    # Health checks one after the other, each answered while the tree's
+    # answer has not begun: the walk is not on the agent's event loop
+    # (on it, at most the first could slip in before the walk starts).
+    answered = 0
+    while not select.select([walk], [], [], 0)[0]:
+        assert a.get("/healthz").text == "OK"
+        answered += 1
+    assert answered >= 5
+    status, result = read_answer(walk)
+    walk.close()
+    assert status == 200 and result["isError"] is False
+    tree = json.loads(text_of(result))
+    assert len(tree) == 100 and all(len(d["children"]) == 1000 for d in tree)
+
+    # A client that leaves while its call runs: the answer is dropped.
+    for tool, args in [("directory_tree", {"path": "big"}),
+                       ("search_files", {"path": "big", "pattern": "**/f09*"})]:
+        raw_call(a, tool, args).close()
+    found = text_of(call(a, "search_files", {"path": "big",
+                                             "pattern": "**/f0999"}).json())
+    assert len(found.split("\n")) == 100
+    assert a.get("/healthz").text == "OK"
