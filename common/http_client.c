@@ -61,9 +61,7 @@ struct http_client_request {
 	int body_ended;			/* whole request body queued */
 	int write_failed;		/* peer stopped reading: drop the body */
 
-	struct evbuffer *field;		/* answer header name being read */
-	struct evbuffer *value;		/* answer header value being read */
-	int in_value;
+	struct http_header_reader hr;	/* into headers */
 	struct http_headers headers;
 	int status;
 	struct evbuffer *body;		/* kept answer body (no on_body) */
@@ -107,8 +105,7 @@ request_free(struct http_client_request *r)
 	}
 	event_free(r->timer_ev);
 	event_free(r->defer_ev);
-	evbuffer_free(r->field);
-	evbuffer_free(r->value);
+	http_header_reader_free(&r->hr);
 	evbuffer_free(r->body);
 	http_headers_clear(&r->headers);
 	free(r->addr);
@@ -240,53 +237,22 @@ on_message_begin(http_parser *p)
 {
 	struct http_client_request *r = parser_request(p);
 
-	r->in_value = 0;
-	evbuffer_drain(r->field, evbuffer_get_length(r->field));
-	evbuffer_drain(r->value, evbuffer_get_length(r->value));
+	http_header_reader_reset(&r->hr);
 	http_headers_clear(&r->headers);
 	return 0;
 }
 
-/* The whole buffer as a C string; NULL if it holds a NUL byte. */
-static char *
-take_string(struct evbuffer *buf)
-{
-	size_t len = evbuffer_get_length(buf);
-	char *s = xmalloc(len + 1);
-
-	evbuffer_remove(buf, s, len);
-	s[len] = '\0';
-	if (strlen(s) != len) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
+/* 0, or -1 once the answer is failed for a header we cannot keep. */
 static int
-header_flush(struct http_client_request *r)
+header_fault(struct http_client_request *r, enum http_header_fault fault)
 {
-	char *name, *value, *end;
-
-	if (r->headers.n >= MAX_ANSWER_HEADERS) {
+	if (fault == HTTP_HEADER_TOO_MANY)
 		set_failed(r, 502, "answer from %s has more than %d headers",
 		    r->addr, MAX_ANSWER_HEADERS);
-		return -1;
-	}
-	name = take_string(r->field);
-	value = take_string(r->value);
-	if (name == NULL || value == NULL) {
-		free(name);
-		free(value);
+	else if (fault == HTTP_HEADER_NUL)
 		set_failed(r, 502, "answer from %s has a NUL byte in a header",
 		    r->addr);
-		return -1;
-	}
-	end = value + strlen(value);
-	while (end > value && (end[-1] == ' ' || end[-1] == '\t'))
-		*--end = '\0';
-	http_headers_add(&r->headers, name, value);
-	return 0;
+	return fault == HTTP_HEADER_OK ? 0 : -1;
 }
 
 static int
@@ -294,22 +260,14 @@ on_header_field(http_parser *p, const char *at, size_t len)
 {
 	struct http_client_request *r = parser_request(p);
 
-	if (r->in_value) {
-		if (header_flush(r) < 0)
-			return -1;
-		r->in_value = 0;
-	}
-	evbuffer_add(r->field, at, len);
-	return 0;
+	return header_fault(r, http_header_reader_field(&r->hr, at, len,
+	    &r->headers, MAX_ANSWER_HEADERS));
 }
 
 static int
 on_header_value(http_parser *p, const char *at, size_t len)
 {
-	struct http_client_request *r = parser_request(p);
-
-	r->in_value = 1;
-	evbuffer_add(r->value, at, len);
+	http_header_reader_value(&parser_request(p)->hr, at, len);
 	return 0;
 }
 
@@ -326,9 +284,9 @@ on_headers_complete(http_parser *p)
 	struct http_client_request *r = parser_request(p);
 	int status = p->status_code;
 
-	if (r->in_value && header_flush(r) < 0)
+	if (header_fault(r, http_header_reader_end(&r->hr, &r->headers,
+	    MAX_ANSWER_HEADERS)) < 0)
 		return -1;
-	r->in_value = 0;
 	if (status == 101) {
 		set_failed(r, 502, "%s switched protocols, which was not asked "
 		    "for", r->addr);
@@ -542,8 +500,7 @@ http_client_start(struct event_base *base,
 	r->stream_body = opts->stream_body;
 	r->chunked = opts->stream_body && opts->body_length < 0;
 	r->body_left = opts->stream_body ? opts->body_length : 0;
-	r->field = evbuffer_new();
-	r->value = evbuffer_new();
+	http_header_reader_init(&r->hr);
 	r->body = evbuffer_new();
 	http_parser_init(&r->parser, HTTP_RESPONSE);
 	r->parser.data = r;

@@ -1,5 +1,5 @@
 /* Shared by the server's connection and reply code; the client reuses
- * struct http_headers. */
+ * struct http_headers and struct http_header_reader. */
 #ifndef HTTP_INTERNAL_H
 #define HTTP_INTERNAL_H
 
@@ -11,6 +11,7 @@
 #include "http.h"
 
 struct bufferevent;
+struct evbuffer;
 struct evconnlistener;
 struct event;
 
@@ -22,6 +23,23 @@ struct http_header {
 struct http_headers {
 	struct http_header *v;
 	size_t n, cap;
+};
+
+/* Reads header lines from http-parser's on_header_field and
+ * on_header_value, which may come in several pieces each, into a struct
+ * http_headers. Part of its owner: http_header_reader_init, then
+ * http_header_reader_free. */
+struct http_header_reader {
+	struct evbuffer *field;		/* header name being read */
+	struct evbuffer *value;		/* header value being read */
+	int in_value;			/* last header piece was a value */
+};
+
+/* Why a header could not be stored. */
+enum http_header_fault {
+	HTTP_HEADER_OK,
+	HTTP_HEADER_TOO_MANY,		/* h already held max headers */
+	HTTP_HEADER_NUL,		/* a NUL byte in its name or value */
 };
 
 struct http_listener {
@@ -47,10 +65,8 @@ struct http_conn {
 	http_parser parser;
 	char peer[64];
 	struct http_request *req;	/* request being read or answered */
-	struct evbuffer *field;		/* header name being read */
-	struct evbuffer *value;		/* header value being read */
+	struct http_header_reader hr;	/* into req->headers */
 	struct event *resume_ev;	/* parse buffered input after a pause */
-	int in_value;			/* last header piece was a value */
 	int waiting_reply;		/* parser paused until the reply is done */
 	int body_paused;		/* handler asked for backpressure */
 	int closing;			/* close once output is flushed */
@@ -107,9 +123,25 @@ struct http_request {
 	struct timeval started;
 };
 
+/* http_headers.c */
 void http_headers_add(struct http_headers *h, char *name, char *value);
 const char *http_headers_get(const struct http_headers *h, const char *name);
 void http_headers_clear(struct http_headers *h);
+
+void http_header_reader_init(struct http_header_reader *hr);
+void http_header_reader_free(struct http_header_reader *hr);
+/* A new message: forget what was half read. */
+void http_header_reader_reset(struct http_header_reader *hr);
+/* A piece of a name. The first piece ends the header before it, which
+ * goes into h (its value without trailing blanks) unless h holds max
+ * headers already or the header has a NUL byte. */
+enum http_header_fault http_header_reader_field(struct http_header_reader *hr,
+    const char *at, size_t len, struct http_headers *h, size_t max);
+void http_header_reader_value(struct http_header_reader *hr, const char *at,
+    size_t len);
+/* The head is complete: the last header goes into h, as above. */
+enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
+    struct http_headers *h, size_t max);
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);

@@ -43,39 +43,6 @@ static void conn_flushed_close(struct http_conn *conn);
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
 
 void
-http_headers_add(struct http_headers *h, char *name, char *value)
-{
-	if (h->n == h->cap) {
-		h->cap = h->cap ? h->cap * 2 : 8;
-		h->v = xreallocarray(h->v, h->cap, sizeof *h->v);
-	}
-	h->v[h->n].name = name;
-	h->v[h->n].value = value;
-	h->n++;
-}
-
-const char *
-http_headers_get(const struct http_headers *h, const char *name)
-{
-	for (size_t i = 0; i < h->n; i++) {
-		if (strcasecmp(h->v[i].name, name) == 0)
-			return h->v[i].value;
-	}
-	return NULL;
-}
-
-void
-http_headers_clear(struct http_headers *h)
-{
-	for (size_t i = 0; i < h->n; i++) {
-		free(h->v[i].name);
-		free(h->v[i].value);
-	}
-	free(h->v);
-	memset(h, 0, sizeof *h);
-}
-
-void
 http_request_free(struct http_request *req)
 {
 	free(req->url);
@@ -277,9 +244,7 @@ on_message_begin(http_parser *p)
 	req->body = evbuffer_new();
 	gettimeofday(&req->started, NULL);
 	conn->req = req;
-	conn->in_value = 0;
-	evbuffer_drain(conn->field, evbuffer_get_length(conn->field));
-	evbuffer_drain(conn->value, evbuffer_get_length(conn->value));
+	http_header_reader_reset(&conn->hr);
 	conn_set_read_timeout(conn, HTTP_HEADER_TIMEOUT);
 	return 0;
 }
@@ -303,66 +268,21 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
-/* Take the whole buffer as a C string; NULL if it holds a NUL byte, which
- * would let a header mean one thing to us and another to the next reader. */
-static char *
-evbuffer_take_string(struct evbuffer *buf)
-{
-	size_t len = evbuffer_get_length(buf);
-	char *s = xmalloc(len + 1);
-
-	evbuffer_remove(buf, s, len);
-	s[len] = '\0';
-	if (strlen(s) != len) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-static int
-header_flush(struct http_conn *conn)
-{
-	struct http_request *req = conn->req;
-	char *name, *value, *end;
-
-	if (req->headers.n >= HTTP_MAX_HEADERS)
-		return -1;
-	name = evbuffer_take_string(conn->field);
-	value = evbuffer_take_string(conn->value);
-	if (name == NULL || value == NULL) {
-		free(name);
-		free(value);
-		return -1;
-	}
-	end = value + strlen(value);
-	while (end > value && (end[-1] == ' ' || end[-1] == '\t'))
-		*--end = '\0';
-	http_headers_add(&req->headers, name, value);
-	return 0;
-}
-
 static int
 on_header_field(http_parser *p, const char *at, size_t len)
 {
 	struct http_conn *conn = parser_conn(p);
 
-	if (conn->in_value) {
-		if (header_flush(conn) < 0)
-			return -1;
-		conn->in_value = 0;
-	}
-	evbuffer_add(conn->field, at, len);
-	return 0;
+	if (conn->req == NULL)
+		return 0;
+	return http_header_reader_field(&conn->hr, at, len,
+	    &conn->req->headers, HTTP_MAX_HEADERS) == HTTP_HEADER_OK ? 0 : -1;
 }
 
 static int
 on_header_value(http_parser *p, const char *at, size_t len)
 {
-	struct http_conn *conn = parser_conn(p);
-
-	conn->in_value = 1;
-	evbuffer_add(conn->value, at, len);
+	http_header_reader_value(&parser_conn(p)->hr, at, len);
 	return 0;
 }
 
@@ -523,9 +443,9 @@ on_headers_complete(http_parser *p)
 
 	if (req == NULL)
 		return 0;
-	if (conn->in_value && header_flush(conn) < 0)
+	if (http_header_reader_end(&conn->hr, &req->headers,
+	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK)
 		return -1;
-	conn->in_value = 0;
 	req->http_major = p->http_major;
 	req->http_minor = p->http_minor;
 	req->keepalive = http_should_keep_alive(p);
@@ -865,8 +785,7 @@ conn_free(struct http_conn *conn)
 	conn->server->nconns--;
 	bufferevent_free(conn->bev);
 	event_free(conn->resume_ev);
-	evbuffer_free(conn->field);
-	evbuffer_free(conn->value);
+	http_header_reader_free(&conn->hr);
 	free(conn);
 }
 
@@ -909,8 +828,7 @@ accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
 		free(conn);
 		return;
 	}
-	conn->field = evbuffer_new();
-	conn->value = evbuffer_new();
+	http_header_reader_init(&conn->hr);
 	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
 	http_parser_init(&conn->parser, HTTP_REQUEST);
 	conn->parser.data = conn;
