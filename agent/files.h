@@ -94,6 +94,15 @@ int staged_commit(struct staged_file *f, struct agent *agent,
     const char *name, const char *rel, struct error *err);
 /* Remove what is left of it and close it. */
 void staged_discard(struct staged_file *f);
+/* Whether name (a last component) is one a staged file goes by while
+ * hidden: ".sandbox-upload-" and 16 lowercase hex digits. */
+int staged_is_hidden_name(const char *name);
+/* Remove, in the background, the hidden files anywhere beneath the
+ * workspace root that are older than this call: an agent that died
+ * mid-upload left them. Once at start, after the loop exists. */
+void staged_sweep_start(struct agent *agent);
+/* After the loop ended: stop a sweep still under way. */
+void staged_sweep_shutdown(void);
 
 /* disk_writer.c: writes to files on a thread of its own, so that a slow
  * disk holds back only the upload that waits for it (by pausing its

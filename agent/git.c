@@ -29,6 +29,7 @@
 #include <event2/buffer.h>
 #include <git2.h>
 
+#include "files.h"
 #include "git_internal.h"
 #include "json_util.h"
 #include "log.h"
@@ -117,6 +118,19 @@ open_workspace(const char *root, struct error *err)
 	return repo;
 }
 
+/* The hidden files of uploads under way (or of an agent that died
+ * mid-upload, until the next one sweeps them) are never staged, whatever
+ * .gitignore says. */
+static int
+skip_staged_uploads(const char *path, const char *matched, void *payload)
+{
+	const char *base = strrchr(path, '/');
+
+	(void)matched;
+	(void)payload;
+	return staged_is_hidden_name(base != NULL ? base + 1 : path);
+}
+
 /* git add -A: new, changed and deleted files, .gitignore honoured (files
  * already tracked stay tracked even when ignored, as with git). The index
  * is written, as the reference's staging leaves it. */
@@ -131,9 +145,10 @@ stage_all(git_repository *repo, git_index **out, struct error *err)
 		git_diff_error(err, rc, "cannot read the index");
 		return -1;
 	}
-	rc = git_index_add_all(index, NULL, GIT_INDEX_ADD_DEFAULT, NULL, NULL);
+	rc = git_index_add_all(index, NULL, GIT_INDEX_ADD_DEFAULT,
+	    skip_staged_uploads, NULL);
 	if (rc == 0)
-		rc = git_index_update_all(index, NULL, NULL, NULL);
+		rc = git_index_update_all(index, NULL, skip_staged_uploads, NULL);
 	if (rc == 0)
 		rc = git_index_write(index);
 	if (rc < 0) {

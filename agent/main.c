@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 
+#include "files.h"
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
@@ -265,6 +266,7 @@ setup(int argc, char **argv)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
 	git_routes_init(&agent);
+	staged_sweep_start(&agent);
 	mcp_init(&agent);
 	if (agent.cfg.prewarm_kernel)
 		kernel_prewarm(&agent);
@@ -312,5 +314,6 @@ main(int argc, char **argv)
 	event_base_dispatch(agent.base);
 	git_routes_shutdown();
 	tools_shutdown();
+	staged_sweep_shutdown();
 	return 0;
 }

@@ -3,23 +3,32 @@
  * target in one step, so readers see the old content or the new one, never
  * a part, and a failed upload leaves nothing. O_TMPFILE makes them
  * anonymous (nothing to clean up even if the agent dies); a filesystem
- * without it gets a hidden name instead.
+ * without it, and a batch that keeps its files closed, gets a hidden name
+ * instead. Hidden files an agent left when it died mid-upload are swept
+ * away when the next one starts.
  */
 #include "agent.h"
 #include "files.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "log.h"
+#include "work.h"
 #include "xmalloc.h"
 
 #define HIDDEN_PREFIX	".sandbox-upload-"
+#define HIDDEN_HEX	16	/* hex digits after the prefix */
 #define COPY_CHUNK	(64 * 1024)
 
 void
@@ -33,8 +42,8 @@ staged_init(struct staged_file *f)
 static char *
 hidden_name(void)
 {
-	unsigned char r[8];
-	char hex[17];
+	unsigned char r[HIDDEN_HEX / 2];
+	char hex[HIDDEN_HEX + 1];
 
 	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
 		fatal("getrandom: %s", strerror(errno));
@@ -272,4 +281,158 @@ staged_discard(struct staged_file *f)
 	free(f->name);
 	staged_close(f);
 	staged_init(f);
+}
+
+int
+staged_is_hidden_name(const char *name)
+{
+	size_t n = strlen(HIDDEN_PREFIX);
+
+	if (strncmp(name, HIDDEN_PREFIX, n) != 0)
+		return 0;
+	name += n;
+	for (n = 0; n < HIDDEN_HEX; n++)
+		if (!((name[n] >= '0' && name[n] <= '9') ||
+		    (name[n] >= 'a' && name[n] <= 'f')))
+			return 0;
+	return name[HIDDEN_HEX] == '\0';
+}
+
+/* The sweep of stale hidden files, on a thread of its own: a workspace of
+ * a million files must not hold up the agent's start. */
+
+/* Made by staged_sweep_start, freed on the loop by sweep_done. */
+struct sweep {
+	struct agent *agent;
+	struct timespec start;	/* of the agent: older files are stale */
+	size_t removed;
+};
+
+/* Lives while the sweep runs, until sweep_free_cb or the shutdown. */
+static struct work_queue *sweep_queue;
+static atomic_int sweep_stopping;
+
+static int
+older(const struct timespec *t, const struct timespec *than)
+{
+	return t->tv_sec < than->tv_sec ||
+	    (t->tv_sec == than->tv_sec && t->tv_nsec < than->tv_nsec);
+}
+
+/* One directory: stale hidden files go, subdirectories join todo. Every
+ * directory is opened beneath the root by path_open, none through a
+ * symlink. */
+static void
+sweep_dir(struct sweep *s, const char *rel, char ***todo, size_t *n,
+    size_t *cap)
+{
+	int fd = path_open(&s->agent->ws, rel, O_RDONLY | O_DIRECTORY |
+	    O_NOFOLLOW, 0, NULL);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
+		    !(de->d_type == DT_REG &&
+		    staged_is_hidden_name(de->d_name)))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			if (*n == *cap) {
+				*cap = *cap ? *cap * 2 : 64;
+				*todo = xreallocarray(*todo, *cap,
+				    sizeof **todo);
+			}
+			(*todo)[(*n)++] = rel[0] == '\0' ?
+			    xstrdup(de->d_name) :
+			    xasprintf("%s/%s", rel, de->d_name);
+		} else if (S_ISREG(st.st_mode) &&
+		    staged_is_hidden_name(de->d_name) &&
+		    older(&st.st_mtim, &s->start) &&
+		    unlinkat(dirfd(d), de->d_name, 0) == 0) {
+			s->removed++;
+		}
+	}
+	closedir(d);
+}
+
+static void
+sweep_run(void *arg)
+{
+	struct sweep *s = arg;
+	char **todo = xmalloc(sizeof *todo);
+	size_t n = 1, cap = 1;
+
+	todo[0] = xstrdup("");
+	while (n > 0) {
+		char *rel = todo[--n];
+
+		if (!atomic_load(&sweep_stopping))
+			sweep_dir(s, rel, &todo, &n, &cap);
+		free(rel);
+	}
+	free(todo);
+}
+
+static void
+sweep_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	work_queue_free(sweep_queue);
+	sweep_queue = NULL;
+}
+
+static void
+sweep_done(void *arg)
+{
+	struct sweep *s = arg;
+
+	if (s->removed > 0)
+		log_info("removed %zu stale upload file%s (%s*) an earlier "
+		    "agent left", s->removed, s->removed == 1 ? "" : "s",
+		    HIDDEN_PREFIX);
+	/* Not from inside the queue's own callback. */
+	if (!atomic_load(&sweep_stopping))
+		event_base_once(s->agent->base, -1, EV_TIMEOUT, sweep_free_cb,
+		    NULL, NULL);
+	free(s);
+}
+
+void
+staged_sweep_start(struct agent *agent)
+{
+	struct sweep *s = xcalloc(1, sizeof *s);
+
+	s->agent = agent;
+	/* The kernel stamps files from its coarse clock: a file this agent
+	 * creates in the tick it starts in must not count as older. */
+	clock_gettime(CLOCK_REALTIME_COARSE, &s->start);
+	sweep_queue = work_queue_new(agent->base);
+	if (sweep_queue == NULL) {
+		log_warn("stale upload files are not swept: no worker thread");
+		free(s);
+		return;
+	}
+	work_queue_submit(sweep_queue, sweep_run, sweep_done, s);
+}
+
+void
+staged_sweep_shutdown(void)
+{
+	atomic_store(&sweep_stopping, 1);
+	work_queue_free(sweep_queue);
+	sweep_queue = NULL;
 }

@@ -736,3 +736,45 @@ def test_every_route_needs_the_token(agent):
             r = requests.request(method, agent.url + prefix + path, data=b"{}")
             assert r.status_code == 403, (method, path)
     assert os.listdir(agent.workspace) == []
+
+
+def test_stale_upload_files_are_swept_at_start(start_agent, tmp_workspace):
+    """Hidden files an agent that died mid-upload left behind go when the
+    next agent starts: only ours (the exact name pattern, regular files,
+    older than the agent), only beneath the workspace root."""
+    ws = tmp_workspace
+    old = time.time() - 3600
+
+    def make(rel, when=old, base=ws):
+        p = os.path.join(base, rel)
+        write(p, "half an upload")
+        os.utime(p, (when, when))
+        return p
+
+    stale = [make(".sandbox-upload-0123456789abcdef"),
+             make("deep/er/.sandbox-upload-fedcba9876543210")]
+    kept = [make(name) for name in (
+        ".sandbox-upload-0123456789ABCDEF", ".sandbox-upload-0123456789abcde",
+        ".sandbox-upload-0123456789abcdef0", "sandbox-upload-0123456789abcdef",
+        ".sandbox-upload-notours", "deep/keep.txt")]
+    # Newer than the agent: an upload under way, not a stale one.
+    kept.append(make("new/.sandbox-upload-00000000000000ff", time.time() + 3600))
+    kept.append(os.path.join(ws, "dirs", ".sandbox-upload-1111111111111111"))
+    os.makedirs(kept[-1])
+    kept.append(os.path.join(ws, ".sandbox-upload-2222222222222222"))
+    os.symlink("deep/keep.txt", kept[-1])
+    os.utime(kept[-1], (old, old), follow_symlinks=False)
+    # Reached only through a symlink out of the workspace: not touched.
+    outside = os.path.join(os.path.dirname(ws), "outside")
+    kept.append(make(".sandbox-upload-3333333333333333", base=outside))
+    os.symlink(outside, os.path.join(ws, "linked"))
+
+    a = start_agent()
+    wait_for(lambda: "removed 2 stale upload files" in a.read_log(),
+             what="the sweep")
+    assert [p for p in stale if os.path.lexists(p)] == []
+    assert [p for p in kept if not os.path.lexists(p)] == []
+    # Uploads work as before.
+    assert put(a, "deep/er/new.txt", b"fresh").status_code == 200
+    assert read(os.path.join(ws, "deep/er/new.txt")) == b"fresh"
+    assert sorted(os.listdir(os.path.join(ws, "deep/er"))) == ["new.txt"]

@@ -388,6 +388,25 @@ def test_commit_as_the_run_as_user_keeps_its_git_usable(start_agent, home,
         == ["agent again", "by the user", "by the agent"]
 
 
+def test_hidden_files_of_uploads_are_never_staged(git_agent, repo):
+    # As an upload under way (or an agent that died in one) leaves them.
+    hidden = ".sandbox-upload-0123456789abcdef"
+    repo.write("a.txt", "a\n")
+    repo.write(hidden, "half an upload")
+    repo.write("dir/.sandbox-upload-fedcba9876543210", "another")
+    repo.write(".sandbox-upload-notours", "a file like any other\n")
+    repo.write(".gitignore", "!.sandbox-upload-*\n")
+    assert sorted(diff(git_agent)) == [".gitignore", ".sandbox-upload-notours",
+                                       "a.txt"]
+    commit(git_agent, "first")
+    assert sorted(repo.run("ls-files").split()) == \
+        [".gitignore", ".sandbox-upload-notours", "a.txt"]
+    repo.write(hidden, "more of it")
+    commit(git_agent, "second")
+    assert repo.run("show", "--name-status", "--format=", "HEAD").strip() == ""
+    assert diff(git_agent) == {}
+
+
 def test_health_and_shell_answer_while_a_large_commit_runs(git_agent, repo):
     for i in range(20000):
         repo.write(f"tree/{i // 500:02d}/file{i}.txt", f"content {i}\n")
