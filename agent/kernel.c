@@ -4,6 +4,10 @@
  * its own process group. It runs agent/embed/kernel.py, which the binary
  * carries, and which hosts IPython's InteractiveShell.
  *
+ * The script goes to Python through a memfd at the child's fd 4, read by a
+ * one-line bootstrap given with -c: with the script itself after -c, all
+ * of it would show in the ps output of every command in the sandbox.
+ *
  * Channels: a socket pair at the child's fd 3 carries frames (a 4-byte
  * big-endian length, then JSON): our {"code", "marker"}, its {"ready"} once,
  * {"started"} as a cell begins and {"images"} after it. Its stdout and stderr are pipes we read,
@@ -27,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -537,15 +542,41 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-static const char *
-kernel_source(void)
-{
-	static char *source;
+/* What ps shows after "python3 -u -c": it reads the script from fd 4
+ * (closing it, so that nothing the kernel runs inherits it) and runs it
+ * as -c would, under a name that tracebacks show. */
+#define KERNEL_BOOTSTRAP \
+	"exec(compile(open(4,'rb').read(),'sandbox-agent-kernel.py','exec'))"
 
-	if (source == NULL)
-		source = xstrndup(_binary_kernel_py_start,
-		    (size_t)(_binary_kernel_py_end - _binary_kernel_py_start));
-	return source;
+/* A memfd holding the script, read from its start; -1 with errno. */
+static int
+kernel_source_fd(void)
+{
+	const char *p = _binary_kernel_py_start;
+	size_t left = (size_t)(_binary_kernel_py_end - _binary_kernel_py_start);
+	int fd = memfd_create("sandbox-agent-kernel.py", MFD_CLOEXEC), e;
+
+	if (fd < 0)
+		return -1;
+	while (left > 0) {
+		ssize_t n = write(fd, p, left);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			goto fail;
+		p += n;
+		left -= (size_t)n;
+	}
+	/* The child's fd 4 shares this offset. */
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		goto fail;
+	return fd;
+fail:
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
 }
 
 /* The interpreter: --python as given when it names a path, else found in
@@ -591,19 +622,27 @@ start(struct kernel *k, struct error *err)
 	struct spawn_callbacks cb = { 0 };
 	const char *argv[5];
 	char hex[TOKEN_HEX_LEN], *python;
-	int sv[2];
+	int sv[2], fds[2];
 
 	if ((python = find_python(agent, err)) == NULL)
 		return -1;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-		error_set_errno(err, 500, errno, "socketpair");
+	if ((fds[1] = kernel_source_fd()) < 0) {
+		error_set_errno(err, 503, errno, "cannot start the IPython "
+		    "kernel: memfd");
 		free(python);
 		return -1;
 	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		error_set_errno(err, 500, errno, "socketpair");
+		close(fds[1]);
+		free(python);
+		return -1;
+	}
+	fds[0] = sv[1];
 	argv[0] = python;
 	argv[1] = "-u";		/* no buffering: output keeps its order */
 	argv[2] = "-c";
-	argv[3] = kernel_source();
+	argv[3] = KERNEL_BOOTSTRAP;
 	argv[4] = NULL;
 	opts.argv = argv;
 	opts.envp = (const char *const *)agent->child_env;
@@ -615,12 +654,13 @@ start(struct kernel *k, struct error *err)
 	opts.set_ids = agent->drop_ids;
 	opts.uid = agent->uid;
 	opts.gid = agent->gid;
-	opts.pass_fds = &sv[1];
-	opts.npass_fds = 1;
+	opts.pass_fds = fds;
+	opts.npass_fds = 2;
 	cb.on_output = output_cb;
 	cb.on_exit = exit_cb;
 	k->sp = spawn_start(agent->base, &opts, &cb, k, err);
 	close(sv[1]);
+	close(fds[1]);
 	free(python);
 	if (k->sp == NULL) {
 		close(sv[0]);

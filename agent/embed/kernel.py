@@ -1,4 +1,5 @@
-# The IPython kernel of sandbox-agent; agent/kernel.c runs it with -u -c.
+# The IPython kernel of sandbox-agent; agent/kernel.c runs it with -u -c and
+# a bootstrap that reads this script from fd 4 and runs it as -c would.
 # Protocol on fd 3, a socket pair: frames of a 4-byte big-endian length and
 # UTF-8 JSON. We send {"ready": ...} once the shell is up (or exit with the
 # reason on stderr); then for each {"code", "marker"} we say {"started"}

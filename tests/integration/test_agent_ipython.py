@@ -348,6 +348,26 @@ def test_kernel_is_confined_like_commands(agent):
     assert out(agent, "!ls /proc/self/fd") == "0\n1\n2\n3\n"
 
 
+def test_kernel_command_line_is_short(agent):
+    # Every command in the sandbox sees the kernel in ps: its command line
+    # names it in a line, the script itself is not there.
+    assert out(agent, "x = 6 * 7\nx") == "42\n"
+    [pid] = kernels(agent)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        args = f.read().rstrip(b"\0").split(b"\0")
+    assert args[1:3] == [b"-u", b"-c"] and len(args) == 4
+    assert b"sandbox-agent-kernel" in args[3] and len(args[3]) < 100
+    ps = agent.shell(f"ps -o args= -p {pid}")
+    assert "sandbox-agent-kernel" in result_texts(ps)["stdout"]
+    assert len(result_texts(ps)["stdout"]) < 150
+    # The script's descriptor is closed once read: nothing inherits it.
+    assert out(agent, "import os\n[os.readlink(f'/proc/self/fd/{fd}') "
+               "for fd in os.listdir('/proc/self/fd')"
+               " if os.path.exists(f'/proc/self/fd/{fd}')"
+               " and 'memfd' in os.readlink(f'/proc/self/fd/{fd}')]") == "[]\n"
+    assert out(agent, "x") == "42\n"
+
+
 def test_workspace_module_does_not_shadow_the_kernel(start_agent,
                                                       tmp_workspace):
     with open(os.path.join(tmp_workspace, "json.py"), "w") as f:
