@@ -50,6 +50,8 @@ static const struct config_option options[] = {
 	    "SIZE", "bytes kept per stream of a command (default 16M)" },
 	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
 	    "SIZE", "largest JSON request body (default 32M)" },
+	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
+	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
 	    "SECONDS", "default timeout of a command (default 300)" },
 	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
@@ -222,6 +224,7 @@ setup(int argc, char **argv)
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
+	git_routes_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;
@@ -262,5 +265,6 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
+	git_routes_shutdown();
 	return 0;
 }

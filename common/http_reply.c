@@ -56,7 +56,10 @@ write_head(struct http_request *req, int status, const char *content_type,
 	int old_client = req->http_major == 1 && req->http_minor == 0;
 
 	req->status = status;
-	if (req->body_aborted || !req->keepalive)
+	/* A reply before the whole body was read ends the connection (see
+	 * http_conn_reply_done): the client must hear it, or it would send
+	 * its next request into a closed socket. */
+	if (req->body_aborted || !req->keepalive || !req->body_complete)
 		req->reply_close = 1;
 	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status,
 	    http_status_reason(status));
