@@ -58,6 +58,10 @@ void health_route(struct http_request *req, void *arg);
  * at the given addresses (else PID 1's); the exit status. */
 int healthcheck_run(const struct config_list *listen, const char *token);
 
+/* run_as.c: --run-as without the capabilities to switch users is
+ * dropped, with a warning, so that commands still run. */
+void run_as_check(struct agent *agent);
+
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 

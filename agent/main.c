@@ -187,6 +187,7 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
+	run_as_check(&agent);
 	if (token_env != NULL && token_env[0] != '\0') {
 		agent.token = token_env;
 	} else if (agent.cfg.insecure_no_token) {
