@@ -13,7 +13,9 @@
 #include "path.h"
 
 struct event_base;
+struct mcp;
 struct sock_fprog;
+struct tool_group;
 
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
@@ -46,6 +48,9 @@ struct agent {
 	int drop_ids;			/* commands run as uid/gid below */
 	uid_t uid;
 	gid_t gid;
+	const struct tool_group **tool_groups;	/* --tools, in that order */
+	size_t ntool_groups;
+	struct mcp *mcp;		/* MCP servers (mcp.c) */
 };
 
 /* routes.c */
@@ -83,6 +88,16 @@ void entries_route_exists(struct http_request *req, void *arg);
 void entries_route_delete(struct http_request *req, void *arg);
 void entries_route_move(struct http_request *req, void *arg);
 void entries_route_mkdir(struct http_request *req, void *arg);
+/* mcp.c: the MCP client's servers and routes. */
+void mcp_init(struct agent *agent);
+/* Start the servers of an {"mcpServers": ...} file in the background;
+ * failures are logged. */
+void mcp_load_config(struct agent *agent, const char *path);
+/* Stop every server (their process groups are killed). */
+void mcp_shutdown(struct agent *agent);
+void mcp_route_add_servers(struct http_request *req, void *arg);
+void mcp_route_list_tools(struct http_request *req, void *arg);
+void mcp_route_call_tool(struct http_request *req, void *arg);
 
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);

@@ -44,6 +44,7 @@ query_path(struct agent *agent, struct http_request *req, char **rel,
 struct download {
 	int fd;
 	int text;
+	uint64_t left;		/* bytes still to send (bytes format) */
 	char partial[4];	/* an unfinished UTF-8 sequence (text) */
 	size_t npartial;
 };
@@ -81,13 +82,25 @@ download_pump(struct http_request *req, void *arg)
 		ssize_t n;
 
 		memcpy(buf, d->partial, have);
-		n = read(d->fd, buf + have, READ_CHUNK);
+		if (!d->text && d->left == 0) {
+			http_reply_end(req);
+			download_free(d);
+			return;
+		}
+		n = read(d->fd, buf + have, !d->text && d->left < READ_CHUNK ?
+		    (size_t)d->left : READ_CHUNK);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0)
-			/* Too late for an error status: the reply ends short. */
-			log_warn("reading a download failed: %s", strerror(errno));
-		if (n <= 0) {
+		if (n < 0 || (n == 0 && !d->text)) {
+			/* Too late for an error status: the answer is cut, so
+			 * the client cannot take it for the whole file. */
+			log_warn("download cut short: %s", n < 0 ?
+			    strerror(errno) : "the file shrank while read");
+			http_reply_abort(req);
+			download_free(d);
+			return;
+		}
+		if (n == 0) {
 			if (have > 0)
 				write_text(req, buf, have);
 			http_reply_end(req);
@@ -97,6 +110,7 @@ download_pump(struct http_request *req, void *arg)
 		len = have + (size_t)n;
 		if (!d->text) {
 			http_reply_write(req, buf, len);
+			d->left -= (uint64_t)n;
 			continue;
 		}
 		/* A sequence cut by the chunk is finished by the next one. */
@@ -151,8 +165,10 @@ files_route_get(struct http_request *req, void *arg)
 	}
 	free(rel);
 	fcntl(fd, F_SETFL, 0);
+	/* Text may change length as invalid UTF-8 is replaced; bytes are
+	 * sent as they are, so the client learns the size up front. */
 	http_reply_start(req, 200, text ? "text/plain; charset=utf-8" :
-	    "application/octet-stream", -1);
+	    "application/octet-stream", text ? -1 : (int64_t)st.st_size);
 	if (http_request_method(req) == HTTP_METHOD_HEAD) {
 		close(fd);
 		http_reply_end(req);
@@ -161,6 +177,7 @@ files_route_get(struct http_request *req, void *arg)
 	d = xcalloc(1, sizeof *d);
 	d->fd = fd;
 	d->text = text;
+	d->left = (uint64_t)st.st_size;
 	http_request_on_drain(req, download_pump, d);
 	http_request_on_close(req, download_gone, d);
 	download_pump(req, d);

@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "spawn.h"
+#include "toolset.h"
 #include "xmalloc.h"
 
 extern char **environ;
@@ -81,6 +82,7 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
 	spawn_kill_all(SIGTERM);
+	mcp_shutdown(&agent);
 	event_base_loopexit(agent.base, NULL);
 }
 
@@ -188,6 +190,10 @@ setup(int argc, char **argv)
 		return 2;
 	}
 	run_as_check(&agent);
+	if (tools_setup(&agent, agent.cfg.tools, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 2;
+	}
 	if (token_env != NULL && token_env[0] != '\0') {
 		agent.token = token_env;
 	} else if (agent.cfg.insecure_no_token) {
@@ -226,6 +232,7 @@ setup(int argc, char **argv)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
 	git_routes_init(&agent);
+	mcp_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;
@@ -245,6 +252,8 @@ setup(int argc, char **argv)
 		}
 		log_info("listening on %s", agent.cfg.listen.v[i]);
 	}
+	if (agent.cfg.mcp_config != NULL)
+		mcp_load_config(&agent, agent.cfg.mcp_config);
 	return -1;
 }
 

@@ -25,6 +25,9 @@ static const struct http_route routes[] = {
 	{ DELETE, "/workspace/entry", EXACT, 0, entries_route_delete, 0 },
 	{ POST, "/workspace/move", EXACT, 0, entries_route_move, 0 },
 	{ POST, "/workspace/mkdir", EXACT, 0, entries_route_mkdir, 0 },
+	{ POST, "/mcp/add_servers", EXACT, 0, mcp_route_add_servers, 0 },
+	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, 0 },
+	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, 0 },
 };
 
 const struct http_route *

@@ -276,3 +276,14 @@ http_reply_end(struct http_request *req)
 		bufferevent_write(req->conn->bev, "0\r\n\r\n", 5);
 	reply_finish(req);
 }
+
+void
+http_reply_abort(struct http_request *req)
+{
+	if (req->conn == NULL || req->reply != REPLY_STREAMING) {
+		http_reply_end(req);
+		return;
+	}
+	req->reply_close = 1;
+	reply_finish(req);
+}

@@ -118,6 +118,9 @@ def test_binary_round_trip(agent):
     check_entry(agent, r.json(), "bin/all.bytes", "file", len(data))
     r = get(agent, "bin/all.bytes", "bytes")
     assert r.content == data
+    # The size is announced up front, so a client can show progress and
+    # tell a cut download from a whole one.
+    assert r.headers["Content-Length"] == str(len(data))
 
 
 def test_empty_file(agent):
