@@ -95,29 +95,43 @@ schema_has(json_t *schema, const char *prop)
 	    prop) != NULL;
 }
 
-json_t *
-tool_alias_arguments(json_t *arguments, json_t *input_schema)
+static json_t *
+input_schema(json_t *tools, const char *name)
 {
+	size_t i;
+	json_t *t;
+
+	json_array_foreach(tools, i, t) {
+		const char *n = json_string_value(json_object_get(t, "name"));
+
+		if (n != NULL && strcmp(n, name) == 0)
+			return json_object_get(t, "inputSchema");
+	}
+	return NULL;
+}
+
+json_t *
+tool_alias_arguments(json_t *tools, const char *name, json_t *arguments)
+{
+	json_t *schema = input_schema(tools, name);
 	json_t *out = json_copy(arguments), *raw;
 
-	if (!json_is_object(input_schema))
+	if (!json_is_object(schema))
 		return out;
 	for (size_t i = 0; i < sizeof renames / sizeof renames[0]; i++) {
 		const char *from = renames[i][0], *to = renames[i][1];
 		json_t *v = json_object_get(out, from);
 
-		if (v == NULL || schema_has(input_schema, from) ||
-		    !schema_has(input_schema, to) ||
-		    json_object_get(out, to) != NULL)
+		if (v == NULL || schema_has(schema, from) ||
+		    !schema_has(schema, to) || json_object_get(out, to) != NULL)
 			continue;
 		json_object_set(out, to, v);
 		json_object_del(out, from);
 	}
 	/* browser_take_screenshot's "raw" (PNG, else JPEG) is now "type". */
 	raw = json_object_get(out, "raw");
-	if (raw != NULL && !schema_has(input_schema, "raw") &&
-	    schema_has(input_schema, "type") &&
-	    json_object_get(out, "type") == NULL) {
+	if (raw != NULL && !schema_has(schema, "raw") &&
+	    schema_has(schema, "type") && json_object_get(out, "type") == NULL) {
 		json_object_set_new(out, "type", json_string(json_is_true(raw) ?
 		    "png" : "jpeg"));
 		json_object_del(out, "raw");

@@ -13,9 +13,12 @@
 const char *tool_alias_call(const char *name, json_t *arguments,
     json_t **mapped);
 
-/* arguments with old names renamed ("ref" -> "target", ...) where the
- * tool's input_schema knows only the new one. New reference. */
-json_t *tool_alias_arguments(json_t *arguments, json_t *input_schema);
+/* The arguments for tool name of a server whose tool list (an array of
+ * MCP tools) is tools: old argument names renamed ("ref" -> "target",
+ * ...) where the tool's schema knows only the new one. New reference;
+ * arguments borrowed. */
+json_t *tool_alias_arguments(json_t *tools, const char *name,
+    json_t *arguments);
 
 /* MCP tool objects {name, description, inputSchema} of the old names that
  * a server with this tool list (an array of MCP tools) answers to. New

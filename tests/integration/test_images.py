@@ -5,6 +5,7 @@ have not changed) and started as a container of ours, published on
 127.0.0.1 only; every request goes to the agent inside it. Containers carry
 a label with this session's id and are removed by it.
 """
+import base64
 import json
 import os
 import re
@@ -212,43 +213,126 @@ def test_base_workspace_is_a_git_repository_the_user_commits_to(sandbox):
     assert s.out("git log --format=%an:%s") == "User:first\n"
 
 
-# ---- browser ----------------------------------------------------------------
+def test_base_commit_and_diff_through_the_agent_with_the_users_git(sandbox):
+    s = sandbox("base")
+    r = s.session.put(s.url + "/workspace/file?path=notes/a.txt",
+                      data=b"one\n")
+    assert r.status_code == 200, r.text
+    r = s.session.post(s.url + "/watcher/commit_changes",
+                       json={"commit_message": "from the agent"})
+    assert r.status_code == 200, r.text
+    first = r.json()["commit"]
+    assert re.fullmatch(r"[0-9a-f]{40}", first)
+    # What the agent wrote and committed is the user's to change and to
+    # commit on top of with git itself.
+    s.out("echo two >> notes/a.txt && git commit -qam 'from the user'")
+    assert s.out("git log --format=%s") == "from the user\nfrom the agent\n"
+    s.out("echo three >> notes/a.txt")
+    r = s.session.post(s.url + "/watcher/generate_diff",
+                       json={"commit_a": None, "commit_b": None})
+    assert r.status_code == 200, r.text
+    diff = r.json()["diffs"]["notes/a.txt"]
+    assert diff.startswith("--- a/notes/a.txt\n+++ b/notes/a.txt\n")
+    assert "+three" in diff
+    r = s.session.post(s.url + "/watcher/generate_diff",
+                       json={"commit_a": first, "commit_b": s.out(
+                           "git rev-parse HEAD").strip()})
+    assert "+two" in r.json()["diffs"]["notes/a.txt"]
 
-def test_browser_chromium_renders_a_page_served_inside_the_sandbox(sandbox):
+
+# ---- browser (through the agent's MCP client) ----------------------------
+
+PAGE = """<!doctype html><html><head><title>Sandbox page</title></head><body>
+<h1>served inside</h1><p id="msg">not clicked yet</p>
+<button onclick="document.getElementById('msg').textContent='clicked, changed'">Press me</button>
+<a href="/two.html">to page two</a></body></html>"""
+PAGE_TWO = "<!doctype html><title>Page two</title><p>the second page</p>"
+REFERENCE_BROWSER_TOOLS = {
+    "browser_navigate", "browser_navigate_back", "browser_navigate_forward",
+    "browser_close", "browser_resize", "browser_click", "browser_type",
+    "browser_hover", "browser_drag", "browser_select_option",
+    "browser_press_key", "browser_file_upload", "browser_snapshot",
+    "browser_take_screenshot", "browser_pdf_save", "browser_tab_list",
+    "browser_tab_new", "browser_tab_select", "browser_tab_close",
+    "browser_wait_for", "browser_console_messages",
+    "browser_network_requests", "browser_handle_dialog"}
+
+
+def call_tool(s, name, arguments=None):
+    r = s.session.post(s.url + "/mcp/call_tool",
+                       json={"tool_name": name, "arguments": arguments or {}},
+                       timeout=180)
+    assert r.status_code == 200, (name, r.text)
+    res = r.json()
+    assert res.get("isError") is not True, (name, res)
+    return res
+
+
+def text_of(res):
+    return "\n".join(c["text"] for c in res["content"] if c["type"] == "text")
+
+
+@pytest.fixture
+def browser(sandbox):
+    """A browser sandbox with a site on 127.0.0.1:8123 inside it."""
     s = sandbox("browser")
-    s.out("mkdir -p /tmp/site && echo '<p id=x>served inside</p>' "
-          "> /tmp/site/index.html && "
-          "(cd /tmp/site && nohup python3 -m http.server 8123 "
-          "--bind 127.0.0.1 >/dev/null 2>&1 &) && "
-          "for i in $(seq 50); do python3 -c 'import socket; "
-          "socket.create_connection((\"127.0.0.1\", 8123))' 2>/dev/null "
-          "&& break; sleep 0.1; done")
-    dom = s.out("/usr/bin/chromium --headless --no-sandbox --disable-gpu "
-                "--disable-dev-shm-usage --no-first-run "
-                "--dump-dom http://127.0.0.1:8123/ 2>/dev/null")
-    assert "served inside" in dom
+    s.session.put(s.url + "/workspace/file?path=site/index.html",
+                  data=PAGE.encode()).raise_for_status()
+    s.session.put(s.url + "/workspace/file?path=site/two.html",
+                  data=PAGE_TWO.encode()).raise_for_status()
+    s.out("(cd site && nohup python3 -m http.server 8123 --bind 127.0.0.1 "
+          ">/dev/null 2>&1 &) && for i in $(seq 100); do python3 -c "
+          "'import socket; socket.create_connection((\"127.0.0.1\", 8123))' "
+          "2>/dev/null && break; sleep 0.1; done")
+    return s
 
 
-def test_browser_mcp_server_starts_from_the_image_config(sandbox):
-    s = sandbox("browser")
-    cfg = json.loads(s.out("cat $MCP_CONFIG"))
-    server = next(iter(cfg["mcpServers"].values()))
-    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                       "params": {"protocolVersion": "2025-03-26",
-                                  "capabilities": {},
-                                  "clientInfo": {"name": "t",
-                                                 "version": "1"}}})
-    listing = json.dumps({"jsonrpc": "2.0", "id": 2,
-                          "method": "tools/list"})
-    cmd = " ".join([server["command"], *server["args"]])
-    out = s.out(f"(echo '{init}'; sleep 1; echo '{listing}'; sleep 2) | "
-                f"timeout 60 {cmd}")
-    answers = {m["id"]: m for m in map(json.loads, out.strip().split("\n"))}
-    assert answers[1]["result"]["serverInfo"]["name"] == "Playwright"
-    names = {t["name"] for t in answers[2]["result"]["tools"]}
-    assert {"browser_navigate", "browser_snapshot", "browser_click",
-            "browser_take_screenshot", "browser_pdf_save",
-            "browser_tabs"} <= names
+def test_browser_lists_every_reference_tool_name(browser):
+    r = browser.session.get(browser.url + "/mcp/list_tools", timeout=120)
+    assert r.status_code == 200, r.text
+    names = {n for group in r.json().values() for n in group}
+    assert REFERENCE_BROWSER_TOOLS <= names, REFERENCE_BROWSER_TOOLS - names
+
+
+def test_browser_navigates_snapshots_clicks_and_screenshots(browser):
+    res = call_tool(browser, "browser_navigate",
+                    {"url": "http://127.0.0.1:8123/"})
+    assert "Sandbox page" in text_of(res)
+    snap = text_of(call_tool(browser, "browser_snapshot"))
+    assert "served inside" in snap and "not clicked yet" in snap
+    ref = re.search(r'button "Press me" \[ref=(\w+)\]', snap).group(1)
+    # The reference SDK's spelling of the element reference.
+    call_tool(browser, "browser_click", {"element": "Press me button",
+                                         "ref": ref})
+    assert "clicked, changed" in text_of(call_tool(browser,
+                                                   "browser_snapshot"))
+    shot = call_tool(browser, "browser_take_screenshot", {})
+    images = [c for c in shot["content"] if c["type"] == "image"]
+    assert images and images[0]["mimeType"] == "image/png"
+    assert base64.b64decode(images[0]["data"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_browser_reference_tab_and_history_tools(browser):
+    call_tool(browser, "browser_navigate", {"url": "http://127.0.0.1:8123/"})
+    call_tool(browser, "browser_navigate",
+              {"url": "http://127.0.0.1:8123/two.html"})
+    call_tool(browser, "browser_navigate_back")
+    assert "served inside" in text_of(call_tool(browser, "browser_snapshot"))
+    call_tool(browser, "browser_navigate_forward")
+    assert "the second page" in text_of(call_tool(browser,
+                                                  "browser_snapshot"))
+    call_tool(browser, "browser_tab_new", {"url": "http://127.0.0.1:8123/"})
+    tabs = text_of(call_tool(browser, "browser_tab_list"))
+    assert "Page two" in tabs and "Sandbox page" in tabs
+    call_tool(browser, "browser_tab_select", {"index": 0})
+    assert "the second page" in text_of(call_tool(browser,
+                                                  "browser_snapshot"))
+    call_tool(browser, "browser_tab_close", {"index": 1})
+    assert "Sandbox page" not in text_of(call_tool(browser,
+                                                   "browser_tab_list"))
+    pdf = text_of(call_tool(browser, "browser_pdf_save",
+                            {"filename": "page.pdf"}))
+    assert "page.pdf" in pdf
 
 
 # ---- the builder ----------------------------------------------------------------
