@@ -20,8 +20,6 @@ from conftest import ROOT, result_texts
 
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
 TYPES = ("minimal", "base", "filesystem", "browser")
-# The filesystem type runs once the agent has its filesystem tool group.
-RUNNING = ("minimal", "base", "browser")
 LABEL = "io.agentscope.sandbox.test"
 SESSION = uuid.uuid4().hex[:12]
 TOKEN = "image-test-" + uuid.uuid4().hex
@@ -141,7 +139,7 @@ def image_size(name):
 
 # ---- every image ------------------------------------------------------------
 
-@pytest.mark.parametrize("sandbox_type", RUNNING)
+@pytest.mark.parametrize("sandbox_type", TYPES)
 def test_image_runs_the_agent_as_pid1_and_commands_as_a_user(sandbox,
                                                              sandbox_type):
     s = sandbox(sandbox_type)
@@ -244,6 +242,67 @@ def test_base_commit_and_diff_through_the_agent_with_the_users_git(sandbox):
                        json={"commit_a": first, "commit_b": s.out(
                            "git rev-parse HEAD").strip()})
     assert "+two" in r.json()["diffs"]["notes/a.txt"]
+
+
+def test_base_ipython_cell_keeps_state_across_calls(sandbox):
+    s = sandbox("base")
+
+    def cell(code):
+        r = s.session.post(s.url + "/tools/run_ipython_cell",
+                           json={"code": code}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert cell("x = 40\nimport os")["isError"] is False
+    res = cell("print(x + 2, os.getuid())")
+    assert result_texts(res)["stdout"] == "42 1000\n"
+    res = cell("1 / 0")
+    assert res["isError"] is True
+    assert "ZeroDivisionError" in result_texts(res)["stderr"]
+
+
+# ---- filesystem ---------------------------------------------------------------
+
+def test_filesystem_every_tool_through_the_agent(sandbox):
+    s = sandbox("filesystem")
+
+    def call(name, **arguments):
+        r = s.session.post(s.url + "/mcp/call_tool",
+                           json={"tool_name": name, "arguments": arguments},
+                           timeout=60)
+        assert r.status_code == 200, (name, r.text)
+        res = r.json()
+        assert res.get("isError") is not True, (name, res)
+        return "\n".join(c["text"] for c in res["content"]
+                         if c["type"] == "text")
+
+    r = s.session.get(s.url + "/mcp/list_tools", timeout=60)
+    names = {n for group in r.json().values() for n in group}
+    assert {"read_file", "read_multiple_files", "write_file", "edit_file",
+            "create_directory", "list_directory", "directory_tree",
+            "move_file", "search_files", "get_file_info",
+            "list_allowed_directories"} <= names
+    assert "/workspace" in call("list_allowed_directories")
+    call("create_directory", path="/workspace/docs")
+    call("write_file", path="/workspace/docs/a.txt", content="alpha\nbeta\n")
+    call("write_file", path="/workspace/docs/b.txt", content="gamma\n")
+    assert call("read_file", path="/workspace/docs/a.txt") == "alpha\nbeta\n"
+    both = call("read_multiple_files", paths=["/workspace/docs/a.txt",
+                                              "/workspace/docs/b.txt"])
+    assert "beta" in both and "gamma" in both
+    call("edit_file", path="/workspace/docs/a.txt",
+         edits=[{"oldText": "beta", "newText": "delta"}])
+    assert "delta" in call("read_file", path="/workspace/docs/a.txt")
+    listing = call("list_directory", path="/workspace/docs")
+    assert "[FILE] a.txt" in listing and "[FILE] b.txt" in listing
+    tree = json.loads(call("directory_tree", path="/workspace/docs"))
+    assert {e["name"] for e in tree} == {"a.txt", "b.txt"}
+    call("move_file", source="/workspace/docs/b.txt",
+         destination="/workspace/docs/c.txt")
+    assert "c.txt" in call("search_files", path="/workspace",
+                           pattern="**/c.txt")
+    assert "size" in call("get_file_info", path="/workspace/docs/c.txt")
+    assert s.out("cat docs/a.txt docs/c.txt") == "alpha\ndelta\ngamma\n"
 
 
 # ---- browser (through the agent's MCP client) ----------------------------
