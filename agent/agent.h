@@ -61,6 +61,14 @@ const struct http_route *agent_routes(size_t *n);
 /* health.c */
 void health_route(struct http_request *req, void *arg);
 
+/* healthcheck.c: --healthcheck, a client of a running agent's /healthz
+ * at the given addresses (else PID 1's); the exit status. */
+int healthcheck_run(const struct config_list *listen, const char *token);
+
+/* run_as.c: --run-as without the capabilities to switch users is
+ * dropped, with a warning, so that commands still run. */
+void run_as_check(struct agent *agent);
+
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 

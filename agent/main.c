@@ -34,6 +34,7 @@ static const char synopsis[] =
 
 static struct agent agent;
 static char *token_env;
+static int healthcheck;
 
 static const struct config_option options[] = {
 	{ "--listen", NULL, CONFIG_LIST, &agent.cfg.listen, "ADDR",
@@ -66,6 +67,9 @@ static const struct config_option options[] = {
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
 	    "BOOL", "log one line per request (default false)" },
+	{ "--healthcheck", NULL, CONFIG_FLAG, &healthcheck, NULL,
+	    "ask the running agent's /healthz and exit 0 if it answers 200 "
+	    "(the images' HEALTHCHECK)" },
 	{ NULL, "SECRET_TOKEN", CONFIG_STRING, &token_env, NULL,
 	    "the bearer token clients must present (required)" },
 };
@@ -197,6 +201,8 @@ setup(int argc, char **argv)
 		printf("sandbox-agent %s\n", VERSION);
 		return 0;
 	}
+	if (healthcheck)
+		return healthcheck_run(&agent.cfg.listen, token_env);
 	if (agent.cfg.log_level != NULL) {
 		if (log_parse_level(agent.cfg.log_level, &level) < 0) {
 			fprintf(stderr, "sandbox-agent: --log-level: unknown "
@@ -224,6 +230,7 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
+	run_as_check(&agent);
 	if (tools_setup(&agent, agent.cfg.tools, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;

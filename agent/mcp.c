@@ -19,13 +19,16 @@
  *     makes every server list its tools again before the 404, for tools a
  *     server added since. No answer within "timeout" (MCP_CALL_TIMEOUT) is
  *     a 504 and the server is told the call was cancelled, as it is when
- *     the client goes away; a server that died is a 502.
+ *     the client goes away; a server that died is a 502. The reference
+ *     SDK's names and argument spellings that a server spells differently
+ *     are mapped (tool_aliases.c) and listed beside the server's own.
  *
  * --mcp-config loads the same {"mcpServers": ...} at start, in the
  * background: a broken entry or a server that fails is logged, not fatal.
  */
 #include "agent.h"
 #include "mcp.h"
+#include "tool_aliases.h"
 #include "toolset.h"
 
 #include <stdlib.h>
@@ -432,6 +435,24 @@ refresh_all(struct agent *agent, refresh_cb done, void *arg)
 	refresh_step(r);
 }
 
+/* The MCP tools of list (an array) into a list_tools group. */
+static void
+list_group(json_t *group, json_t *list)
+{
+	size_t i;
+	json_t *t;
+
+	json_array_foreach(list, i, t) {
+		const char *name = json_string_value(json_object_get(t, "name"));
+
+		if (json_object_get(group, name) != NULL)
+			continue;	/* listed twice: the first wins */
+		json_object_set_new(group, name, tools_list_entry(name,
+		    json_string_value(json_object_get(t, "description")),
+		    json_object_get(t, "inputSchema")));
+	}
+}
+
 static void
 list_answer(struct refresh *r)
 {
@@ -440,19 +461,12 @@ list_answer(struct refresh *r)
 
 	tools_list_native(r->agent, answer);
 	TAILQ_FOREACH(srv, &r->agent->mcp->servers, entry) {
-		json_t *tools = json_object(), *t;
-		size_t i;
+		json_t *tools = json_object(), *aliases;
 
-		json_array_foreach(srv->tools, i, t) {
-			const char *name = json_string_value(json_object_get(t,
-			    "name"));
-
-			if (json_object_get(tools, name) != NULL)
-				continue;	/* listed twice: the first wins */
-			json_object_set_new(tools, name, tools_list_entry(name,
-			    json_string_value(json_object_get(t,
-			    "description")), json_object_get(t, "inputSchema")));
-		}
+		list_group(tools, srv->tools);
+		aliases = tool_alias_list(srv->tools);
+		list_group(tools, aliases);
+		json_decref(aliases);
 		json_object_set_new(answer, srv->name, tools);
 	}
 	http_reply_json(r->arg, 200, answer);
@@ -551,12 +565,35 @@ call_refreshed(struct refresh *r)
 	call_dispatch(r->arg);
 }
 
+/* A name of the reference SDK that no server offers (tool_aliases.c):
+ * the call goes to the tool it now is, if a server has that. */
+static struct mcp_server *
+call_alias(struct call *c)
+{
+	struct mcp_server *srv = NULL;
+	const char *target;
+	json_t *mapped;
+
+	target = tool_alias_call(c->tool, c->arguments, &mapped);
+	if (target != NULL)
+		srv = server_with_tool(c->agent, target);
+	if (srv == NULL) {
+		json_decref(mapped);
+		return NULL;
+	}
+	c->tool = target;
+	json_decref(c->arguments);
+	c->arguments = mapped;
+	return srv;
+}
+
 static void
 call_dispatch(struct call *c)
 {
 	const struct tool *native = tools_find(c->agent, c->tool);
 	struct mcp_server *srv;
 	struct error err = { 0 };
+	json_t *args;
 
 	if (native != NULL) {
 		tools_call(c->agent, native, c->arguments, native_done, c);
@@ -568,11 +605,16 @@ call_dispatch(struct call *c)
 		refresh_all(c->agent, call_refreshed, c);
 		return;
 	}
+	if (srv == NULL)
+		srv = call_alias(c);
 	if (srv == NULL) {
 		http_reply_error(c->req, 404, "Tool '%s' not found.", c->tool);
 		call_free(c);
 		return;
 	}
+	args = tool_alias_arguments(srv->tools, c->tool, c->arguments);
+	json_decref(c->arguments);
+	c->arguments = args;
 	c->id = mcp_server_call(srv, c->tool, c->arguments, c->timeout,
 	    call_done, c, &err);
 	if (c->id < 0) {
