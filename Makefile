@@ -34,7 +34,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
 .PHONY: all deps test unit unit-asan integration images bench clean
 
-SUPERVISOR_TARGET := $(if $(SUPERVISOR_SRC),supervisor/sandboxd)
+SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
 all: agent/sandbox-agent $(SUPERVISOR_TARGET)
 
@@ -86,6 +86,28 @@ $(BUILD)/unit/%: tests/unit/%.c $(COMMON_OBJ)
 $(BUILD)/unit-asan/%: tests/unit/%.c $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(SAN_FLAGS) -o $@ $< $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+
+# tests/unit/test_sandboxd_*.c also link sandboxd's modules, from an archive
+# so each test pulls in only the objects it uses.
+SUPERVISOR_LIB_SRC := $(filter-out supervisor/main.c,$(SUPERVISOR_SRC))
+SUPERVISOR_LIB := $(BUILD)/libsandboxd.a
+SUPERVISOR_ASAN_LIB := $(BUILD)/asan/libsandboxd.a
+
+$(SUPERVISOR_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS)
+
+$(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
