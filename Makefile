@@ -36,7 +36,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
-all: agent/sandbox-agent $(SUPERVISOR_TARGET)
+all: agent/sandbox-agent $(SUPERVISOR_TARGET) $(BUILD)/httpc
 
 deps:
 	tools/install-deps
@@ -69,11 +69,18 @@ agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2)
 supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
 
+# httpc: a one-request HTTP client CLI (common/http_client.c) for debugging.
+$(BUILD)/httpc: $(BUILD)/tools/httpc.o $(COMMON_OBJ)
+	$(CC) -Wl,--gc-sections -o $@ $(BUILD)/tools/httpc.o $(COMMON_OBJ) \
+		-lhttp_parser -levent_core -ljansson
+
 # Unit tests: each tests/unit/test_X.c is a cmocka program linked against
 # the common objects, built twice: plain and under ASan/UBSan.
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit/%)
 UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit-asan/%)
 COMMON_ASAN_OBJ := $(COMMON_SRC:%.c=$(BUILD)/asan/%.o)
+# Named only in a pattern rule, make would delete them after each run.
+.SECONDARY: $(COMMON_ASAN_OBJ)
 
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -124,11 +131,18 @@ test: all unit unit-asan integration
 images: all
 	tools/build-image all
 
-bench: all
+# The benchmark's own C clients (tools/bench/*.c): latency, start time.
+BENCH_BIN := $(patsubst tools/bench/%.c,$(BUILD)/bench/%,$(wildcard tools/bench/*.c))
+
+$(BUILD)/bench/%: tools/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -D_GNU_SOURCE $(CFLAGS) -o $@ $<
+
+bench: all $(BENCH_BIN)
 	tools/bench/run
 
 clean:
-	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/supervisor $(BUILD)/asan \
+	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/tools $(BUILD)/httpc $(BUILD)/supervisor $(BUILD)/asan \
 		$(BUILD)/unit $(BUILD)/unit-asan agent/sandbox-agent supervisor/sandboxd
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -15,7 +16,8 @@ config_parse_size(const char *s, size_t *out)
 	unsigned long long v, mult = 1;
 	char *end;
 
-	if (s == NULL || *s == '\0' || *s == '-')
+	/* strtoull would skip blanks and take a sign: " -1" is SIZE_MAX. */
+	if (s == NULL || !isdigit((unsigned char)*s))
 		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);

@@ -15,7 +15,14 @@
  * Lifetime: http_client_start returns a request owned by the client code.
  * on_done runs exactly once (unless http_client_cancel came first), and the
  * request is freed right after on_done returns. Inside any callback the
- * request may be cancelled; nothing is touched after that.
+ * request may be cancelled; nothing is touched after that. on_done never
+ * runs inside http_client_start or another http_client_* call: failures
+ * are reported from the loop. The answer may end the exchange before a
+ * streamed request body is finished (an early 413, say): stop writing at
+ * on_done.
+ *
+ * Like the server, the client writes to sockets whose peer may be gone:
+ * the program must ignore SIGPIPE. Header values are never logged.
  */
 #ifndef HTTP_CLIENT_H
 #define HTTP_CLIENT_H
@@ -38,7 +45,7 @@ struct http_client_options {
 	const char *host;		/* Host header; NULL: "localhost" */
 	/* Extra request headers as "Name: value", NULL-terminated; may be
 	 * NULL. Content-Length / Transfer-Encoding / Host / Connection are
-	 * set by the client. */
+	 * set by the client (given here, they are left out). */
 	const char *const *headers;
 	/* A whole body sent with the request (copied); NULL for none. */
 	const void *body;
@@ -89,7 +96,12 @@ void http_client_header_at(struct http_client_request *r, size_t i,
 /* The kept body (when no on_body callback). */
 struct evbuffer *http_client_body(struct http_client_request *r);
 
-/* Streamed request bodies. */
+/* Streamed request bodies. on_drain runs when the bytes queued but not
+ * yet sent fall to HTTP_CLIENT_DRAIN_MARK; a caller bounds its memory by
+ * writing only while http_client_pending() is below a mark of its own.
+ * Writing more than a declared body_length, or ending short of it, fails
+ * the exchange with 500. */
+#define HTTP_CLIENT_DRAIN_MARK	(256 * 1024)
 void http_client_write(struct http_client_request *r, const void *data,
     size_t len);
 /* Moves the contents of buf. */

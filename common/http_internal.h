@@ -1,4 +1,5 @@
-/* Shared between the server's connection code and its reply code only. */
+/* Shared by the server's connection and reply code; the client reuses
+ * struct http_headers. */
 #ifndef HTTP_INTERNAL_H
 #define HTTP_INTERNAL_H
 

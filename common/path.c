@@ -16,7 +16,10 @@ openat2_beneath(int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct open_how how = {
 		.flags = (unsigned long long)(flags | O_CLOEXEC),
-		.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+		/* O_TMPFILE includes O_DIRECTORY's bit: test it whole, or a
+		 * mode given with O_DIRECTORY makes openat2 fail with EINVAL. */
+		.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ?
+		    mode : 0,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
 	int fd;

@@ -1,0 +1,533 @@
+/*
+ * Child processes on a real event loop: real /bin/sh children, real signals,
+ * real process groups. The test process makes itself a child subreaper, as
+ * the agent is PID 1 in its container, so orphans of its children come back
+ * to it and its SIGCHLD reaper must collect them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "spawn.h"
+#include "xmalloc.h"
+
+/* A guard against hanging forever, far above anything a test needs; not a
+ * timing assertion. */
+#define HANG_GUARD_SEC 30
+
+static struct event_base *base;
+
+/* What one child did, filled by the callbacks. */
+struct run {
+	int done;
+	int status;
+	int exit_calls;
+	struct evbuffer *pieces[3];	/* on_output data, when used */
+	int bad_stream;
+};
+
+static void
+exit_cb(struct spawn *sp, int status, void *arg)
+{
+	struct run *r = arg;
+
+	(void)sp;
+	r->done = 1;
+	r->status = status;
+	r->exit_calls++;
+}
+
+static void
+output_cb(struct spawn *sp, int stream, const char *data, size_t len,
+    void *arg)
+{
+	struct run *r = arg;
+
+	(void)sp;
+	if (stream != 1 && stream != 2) {
+		r->bad_stream = 1;
+		return;
+	}
+	evbuffer_add(r->pieces[stream], data, len);
+}
+
+static const struct spawn_callbacks exit_only = { NULL, exit_cb };
+
+/* Run the loop until cond(arg) holds. */
+static void
+loop_until(int (*cond)(void *), void *arg)
+{
+	struct timeval tick = { 0, 10 * 1000 };
+	int ticks = HANG_GUARD_SEC * 100;
+
+	while (!cond(arg)) {
+		if (ticks-- == 0)
+			fail_msg("gave up waiting after %d s", HANG_GUARD_SEC);
+		event_base_loopexit(base, &tick);
+		event_base_dispatch(base);
+	}
+}
+
+static int
+run_done(void *arg)
+{
+	return ((struct run *)arg)->done;
+}
+
+/* The process is gone and reaped: a zombie still answers kill(pid, 0). */
+static int
+pid_gone(void *arg)
+{
+	pid_t pid = *(pid_t *)arg;
+
+	return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+static void
+wait_gone(pid_t pid)
+{
+	loop_until(pid_gone, &pid);
+}
+
+static struct spawn_options
+sh_options(const char *script)
+{
+	static const char *argv[4];
+	struct spawn_options o = { 0 };
+
+	argv[0] = "/bin/sh";
+	argv[1] = "-c";
+	argv[2] = script;
+	argv[3] = NULL;
+	o.argv = argv;
+	o.stdio[0] = SPAWN_NULL;
+	o.stdio[1] = SPAWN_CAPTURE;
+	o.stdio[2] = SPAWN_CAPTURE;
+	return o;
+}
+
+static struct spawn *
+start(const struct spawn_options *o, const struct spawn_callbacks *cb,
+    struct run *r)
+{
+	struct error err = { 0 };
+	struct spawn *sp = spawn_start(base, o, cb, r, &err);
+
+	if (sp == NULL)
+		fail_msg("spawn_start: %d %s", err.status, err.msg);
+	return sp;
+}
+
+/* Start, wait for on_exit; the caller frees. */
+static struct spawn *
+run_to_exit(const struct spawn_options *o, struct run *r)
+{
+	struct spawn *sp = start(o, &exit_only, r);
+
+	loop_until(run_done, r);
+	assert_int_equal(r->exit_calls, 1);
+	assert_true(spawn_exited(sp));
+	return sp;
+}
+
+/* A captured stream as a string (NUL-terminated copy). */
+static char *
+output(struct spawn *sp, int stream)
+{
+	struct evbuffer *b = spawn_output(sp, stream);
+	size_t len = evbuffer_get_length(b);
+	char *s = xmalloc(len + 1);
+
+	evbuffer_copyout(b, s, len);
+	s[len] = '\0';
+	return s;
+}
+
+static void
+assert_output(struct spawn *sp, int stream, const char *want)
+{
+	char *got = output(sp, stream);
+
+	assert_string_equal(got, want);
+	free(got);
+}
+
+static void
+test_capture_and_exit_status(void **state)
+{
+	struct spawn_options o = sh_options(
+	    "printf 'out line\\n'; printf 'err line' >&2; exit 3");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	sp = run_to_exit(&o, &r);
+	assert_true(WIFEXITED(r.status));
+	assert_int_equal(WEXITSTATUS(r.status), 3);
+	assert_false(spawn_timed_out(sp));
+	assert_output(sp, 1, "out line\n");
+	assert_output(sp, 2, "err line");
+	assert_int_equal(spawn_dropped(sp, 1), 0);
+	assert_true(spawn_pid(sp) > 0);
+	spawn_free(sp);
+}
+
+static void
+test_signal_death(void **state)
+{
+	struct spawn_options o = sh_options("kill -TERM $$; sleep 5");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	sp = run_to_exit(&o, &r);
+	assert_true(WIFSIGNALED(r.status));
+	assert_int_equal(WTERMSIG(r.status), SIGTERM);
+	spawn_free(sp);
+}
+
+static void
+test_output_cap(void **state)
+{
+	/* More than one read's worth, so the cap holds across reads. */
+	struct spawn_options o = sh_options(
+	    "head -c 200000 /dev/zero | tr '\\0' a; printf 'tail' >&2");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.capture_cap[1] = 10;
+	o.capture_cap[2] = 2;
+	sp = run_to_exit(&o, &r);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	assert_output(sp, 1, "aaaaaaaaaa");
+	assert_int_equal(spawn_dropped(sp, 1), 200000 - 10);
+	assert_output(sp, 2, "ta");
+	assert_int_equal(spawn_dropped(sp, 2), 2);
+	spawn_free(sp);
+}
+
+static void
+test_output_callback(void **state)
+{
+	struct spawn_options o = sh_options(
+	    "head -c 100000 /dev/zero | tr '\\0' b; echo; echo oops >&2");
+	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	r.pieces[1] = evbuffer_new();
+	r.pieces[2] = evbuffer_new();
+	sp = start(&o, &cb, &r);
+	loop_until(run_done, &r);
+	assert_false(r.bad_stream);
+	assert_int_equal(evbuffer_get_length(r.pieces[1]), 100001);
+	assert_int_equal(evbuffer_get_length(r.pieces[2]), 5);
+	/* Nothing is kept in the runner's buffers when a callback takes it. */
+	assert_int_equal(evbuffer_get_length(spawn_output(sp, 1)), 0);
+	spawn_free(sp);
+	evbuffer_free(r.pieces[1]);
+	evbuffer_free(r.pieces[2]);
+}
+
+static void
+test_env_and_cwd(void **state)
+{
+	static const char *const envp[] = { "GREETING=hello there", NULL };
+	struct spawn_options o = sh_options("echo \"$GREETING\"; pwd");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.envp = envp;
+	o.cwd = "/";
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "hello there\n/\n");
+	spawn_free(sp);
+}
+
+static void
+test_timeout_kills_group(void **state)
+{
+	/* A background child holds the output pipe too; both must die. */
+	struct spawn_options o = sh_options("sleep 100 & echo $!; wait");
+	struct run r = { 0 };
+	struct spawn *sp;
+	char *text;
+	pid_t bg;
+
+	(void)state;
+	o.new_group = 1;
+	o.timeout = 0.3;
+	sp = run_to_exit(&o, &r);
+	assert_true(spawn_timed_out(sp));
+	assert_true(WIFSIGNALED(r.status));
+	assert_int_equal(WTERMSIG(r.status), SIGKILL);
+	text = output(sp, 1);
+	bg = (pid_t)atoi(text);
+	free(text);
+	assert_true(bg > 0);
+	/* Orphaned to us by the group kill, then reaped by our reaper. */
+	wait_gone(bg);
+	spawn_free(sp);
+}
+
+static void
+test_no_timeout_when_done_in_time(void **state)
+{
+	struct spawn_options o = sh_options("echo quick");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.new_group = 1;
+	o.timeout = 20;
+	sp = run_to_exit(&o, &r);
+	assert_false(spawn_timed_out(sp));
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	spawn_free(sp);
+}
+
+static void
+test_background_child_keeps_pipe(void **state)
+{
+	/* The shell exits at once, its background child holds stdout open:
+	 * the exit is still reported, after the grace period. */
+	struct spawn_options o = sh_options("sleep 2 & echo $!; echo done");
+	struct run r = { 0 };
+	struct spawn *sp;
+	char *text;
+	pid_t bg;
+
+	(void)state;
+	sp = run_to_exit(&o, &r);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	text = output(sp, 1);
+	bg = (pid_t)atoi(text);
+	assert_non_null(strstr(text, "\ndone\n"));
+	free(text);
+	spawn_free(sp);
+	kill(bg, SIGKILL);
+	wait_gone(bg);
+}
+
+static void
+test_missing_program(void **state)
+{
+	static const char *const argv[] = { "/nonexistent/program", NULL };
+	struct spawn_options o = { 0 };
+	struct error err = { 0 };
+	struct run r = { 0 };
+
+	(void)state;
+	o.argv = argv;
+	o.stdio[1] = SPAWN_CAPTURE;
+	assert_null(spawn_start(base, &o, &exit_only, &r, &err));
+	assert_int_equal(err.status, 404);
+	assert_non_null(strstr(err.msg, "/nonexistent/program"));
+}
+
+static void
+test_not_executable(void **state)
+{
+	/* It exists but cannot be executed: our fault to ask, not a 404. */
+	static const char *const argv[] = { "/dev/null", NULL };
+	struct spawn_options o = { 0 };
+	struct error err = { 0 };
+
+	(void)state;
+	o.argv = argv;
+	assert_null(spawn_start(base, &o, NULL, NULL, &err));
+	assert_int_equal(err.status, 500);
+}
+
+static void
+test_stdin_dev_null(void **state)
+{
+	struct spawn_options o = sh_options(
+	    "readlink /proc/self/fd/0; cat; echo \"cat=$?\"");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "/dev/null\ncat=0\n");
+	spawn_free(sp);
+}
+
+static void
+test_default_signals_in_child(void **state)
+{
+	/* We ignore SIGPIPE, as the agent does; "yes | head" needs it back. */
+	struct spawn_options o = sh_options("yes | head -n 2");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "y\ny\n");
+	spawn_free(sp);
+}
+
+static void
+test_pipe_fds(void **state)
+{
+	static const char *const argv[] = { "/bin/cat", NULL };
+	struct spawn_options o = { 0 };
+	struct run r = { 0 };
+	struct spawn *sp;
+	char buf[64];
+	size_t got = 0;
+	ssize_t n;
+	int in, out;
+
+	(void)state;
+	o.argv = argv;
+	o.stdio[0] = SPAWN_PIPE;
+	o.stdio[1] = SPAWN_PIPE;
+	o.stdio[2] = SPAWN_NULL;
+	sp = start(&o, &exit_only, &r);
+	in = spawn_take_fd(sp, 0);
+	out = spawn_take_fd(sp, 1);
+	assert_true(in >= 0);
+	assert_true(out >= 0);
+	/* Taken once; streams that are not pipes have none. */
+	assert_int_equal(spawn_take_fd(sp, 0), -1);
+	assert_int_equal(spawn_take_fd(sp, 2), -1);
+	assert_int_equal(write(in, "through the pipe", 16), 16);
+	close(in);
+	while ((n = read(out, buf + got, sizeof buf - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+	assert_string_equal(buf, "through the pipe");
+	close(out);
+	loop_until(run_done, &r);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	spawn_free(sp);
+}
+
+static void
+test_free_kills_running_child(void **state)
+{
+	struct spawn_options o = sh_options("exec sleep 100");
+	struct run r = { 0 };
+	struct spawn *sp;
+	pid_t pid;
+
+	(void)state;
+	for (int group = 0; group < 2; group++) {
+		o.new_group = group;
+		sp = start(&o, &exit_only, &r);
+		pid = spawn_pid(sp);
+		assert_int_equal(kill(pid, 0), 0);
+		spawn_free(sp);
+		wait_gone(pid);
+		assert_int_equal(r.exit_calls, 0);
+	}
+}
+
+static void
+test_kill(void **state)
+{
+	struct spawn_options o = sh_options("exec sleep 100");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.new_group = 1;
+	sp = start(&o, &exit_only, &r);
+	spawn_kill(sp, SIGINT);
+	loop_until(run_done, &r);
+	assert_true(WIFSIGNALED(r.status));
+	assert_int_equal(WTERMSIG(r.status), SIGINT);
+	spawn_free(sp);
+}
+
+static void
+test_reaper_reaps_orphans(void **state)
+{
+	struct spawn_options o = sh_options("sleep 0.2 & echo $!");
+	struct run r = { 0 };
+	struct spawn *sp;
+	char *text;
+	pid_t pid;
+
+	(void)state;
+	/* A child that is not ours to report: the reaper still takes it. */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(7);
+	wait_gone(pid);
+
+	/* A grandchild whose parent exits first comes back to us. */
+	sp = run_to_exit(&o, &r);
+	text = output(sp, 1);
+	pid = (pid_t)atoi(text);
+	free(text);
+	assert_true(pid > 0);
+	spawn_free(sp);
+	wait_gone(pid);
+}
+
+static int
+group_setup(void **state)
+{
+	(void)state;
+	signal(SIGPIPE, SIG_IGN);
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+		return -1;
+	base = event_base_new();
+	if (base == NULL)
+		return -1;
+	spawn_init(base);
+	return 0;
+}
+
+static int
+group_teardown(void **state)
+{
+	(void)state;
+	event_base_free(base);
+	return 0;
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_capture_and_exit_status),
+		cmocka_unit_test(test_signal_death),
+		cmocka_unit_test(test_output_cap),
+		cmocka_unit_test(test_output_callback),
+		cmocka_unit_test(test_env_and_cwd),
+		cmocka_unit_test(test_timeout_kills_group),
+		cmocka_unit_test(test_no_timeout_when_done_in_time),
+		cmocka_unit_test(test_background_child_keeps_pipe),
+		cmocka_unit_test(test_missing_program),
+		cmocka_unit_test(test_not_executable),
+		cmocka_unit_test(test_stdin_dev_null),
+		cmocka_unit_test(test_default_signals_in_child),
+		cmocka_unit_test(test_pipe_fds),
+		cmocka_unit_test(test_free_kills_running_child),
+		cmocka_unit_test(test_kill),
+		cmocka_unit_test(test_reaper_reaps_orphans),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
