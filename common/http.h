@@ -167,6 +167,10 @@ void http_reply_write_buffer(struct http_request *req, struct evbuffer *buf);
 /* Bytes queued but not yet written to the socket. */
 size_t http_reply_pending(struct http_request *req);
 void http_reply_end(struct http_request *req);
+/* End a streamed reply that cannot be completed (its source failed) by
+ * closing the connection, so the client sees a truncated body instead of
+ * one that looks whole. */
+void http_reply_abort(struct http_request *req);
 
 const char *http_status_reason(int status);
 /* Constant-time comparison of a presented token against the expected one. */

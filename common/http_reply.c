@@ -273,3 +273,15 @@ http_reply_end(struct http_request *req)
 		bufferevent_write(req->conn->bev, "0\r\n\r\n", 5);
 	reply_finish(req);
 }
+
+void
+http_reply_abort(struct http_request *req)
+{
+	if (req->conn == NULL || req->reply != REPLY_STREAMING) {
+		http_reply_end(req);
+		return;
+	}
+	log_warn("%s %s: reply cut short", req->method_name, req->path);
+	req->reply_close = 1;
+	reply_finish(req);
+}
