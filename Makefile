@@ -124,7 +124,7 @@ unit-asan: $(UNIT_ASAN_BIN)
 		ASAN_OPTIONS=detect_leaks=1 $$t; done
 
 integration: all
-	tools/run-integration
+	tools/with-dockerd tools/run-integration
 
 test: all unit unit-asan integration
 
