@@ -120,6 +120,7 @@ struct sandbox_type {
 	char *tools;			/* agent --tools */
 	char *mcp_config;		/* agent --mcp-config (a path in the image) */
 	struct config_list agent_args;	/* more agent flags */
+	struct config_list entrypoint;	/* the image's own when empty */
 	struct config_list tool_names;	/* tools that make connect pick it */
 	double timeout;			/* seconds: the model's "timeout" */
 	int builtin;

@@ -97,6 +97,7 @@ type_free(struct sandbox_type *t)
 	free(t->tools);
 	free(t->mcp_config);
 	config_list_free(&t->agent_args);
+	config_list_free(&t->entrypoint);
 	config_list_free(&t->tool_names);
 	free(t);
 }
@@ -278,9 +279,10 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		}
 		json_object_foreach(v, k, e) {
 			if (!json_is_string(e) || strchr(k, '=') != NULL ||
-			    *k == '\0') {
+			    *k == '\0' || strcmp(k, "SECRET_TOKEN") == 0) {
 				error_set(err, 400, "%s: %s: expected a string "
-				    "value and a name without '='", where, k);
+				    "value and a name without '=' (SECRET_TOKEN is "
+				    "sandboxd's to set)", where, k);
 				return -1;
 			}
 		}
@@ -325,6 +327,8 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		return set_string(v, &t->mcp_config, where, err);
 	if (strcmp(key, "agent_args") == 0)
 		return string_list(v, &t->agent_args, where, err);
+	if (strcmp(key, "entrypoint") == 0)
+		return string_list(v, &t->entrypoint, where, err);
 	if (strcmp(key, "tool_names") == 0)
 		return string_list(v, &t->tool_names, where, err);
 	if (strcmp(key, "timeout") == 0) {
@@ -337,7 +341,7 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 	}
 	error_set(err, 400, "%s: unknown field (image, environment, memory, "
 	    "cpus, pids, network, cap_add, tools, mcp_config, agent_args, "
-	    "tool_names, timeout, from)", where);
+	    "entrypoint, tool_names, timeout, from)", where);
 	return -1;
 }
 
@@ -360,6 +364,8 @@ copy_type(struct sandbox_type *dst, const struct sandbox_type *src)
 		dst->mcp_config = xstrdup(src->mcp_config);
 	for (size_t i = 0; i < src->agent_args.n; i++)
 		config_list_add(&dst->agent_args, src->agent_args.v[i]);
+	for (size_t i = 0; i < src->entrypoint.n; i++)
+		config_list_add(&dst->entrypoint, src->entrypoint.v[i]);
 	dst->timeout = src->timeout;
 }
 
