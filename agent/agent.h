@@ -13,7 +13,9 @@
 #include "path.h"
 
 struct event_base;
+struct mcp;
 struct sock_fprog;
+struct tool_group;
 
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
@@ -24,6 +26,7 @@ struct agent_config {
 	int insecure_no_token;
 	size_t output_cap;		/* per stream of a shell command */
 	size_t max_body;		/* JSON request bodies */
+	size_t max_upload;		/* file uploads; 0: no limit */
 	double default_timeout;		/* seconds, shell commands */
 	char *log_level;
 	int access_log;
@@ -45,6 +48,9 @@ struct agent {
 	int drop_ids;			/* commands run as uid/gid below */
 	uid_t uid;
 	gid_t gid;
+	const struct tool_group **tool_groups;	/* --tools, in that order */
+	size_t ntool_groups;
+	struct mcp *mcp;		/* MCP servers (mcp.c) */
 };
 
 /* routes.c */
@@ -55,6 +61,35 @@ void health_route(struct http_request *req, void *arg);
 
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
+
+/* git.c: the /watcher routes. git_routes_init runs once at start, after
+ * the event loop exists; the repository itself is opened (and created
+ * when missing) by the first git request. git_routes_shutdown, after the
+ * loop ended, waits for the git operation under way. */
+void git_routes_init(struct agent *agent);
+void git_routes_shutdown(void);
+void git_route_commit(struct http_request *req, void *arg);
+void git_route_diff(struct http_request *req, void *arg);
+void git_route_logs(struct http_request *req, void *arg);
+/* files.c, files_batch.c, entries.c: the /workspace routes. */
+void files_route_get(struct http_request *req, void *arg);
+void files_route_put(struct http_request *req, void *arg);
+void files_batch_route(struct http_request *req, void *arg);
+void entries_route_list(struct http_request *req, void *arg);
+void entries_route_exists(struct http_request *req, void *arg);
+void entries_route_delete(struct http_request *req, void *arg);
+void entries_route_move(struct http_request *req, void *arg);
+void entries_route_mkdir(struct http_request *req, void *arg);
+/* mcp.c: the MCP client's servers and routes. */
+void mcp_init(struct agent *agent);
+/* Start the servers of an {"mcpServers": ...} file in the background;
+ * failures are logged. */
+void mcp_load_config(struct agent *agent, const char *path);
+/* Stop every server (their process groups are killed). */
+void mcp_shutdown(struct agent *agent);
+void mcp_route_add_servers(struct http_request *req, void *arg);
+void mcp_route_list_tools(struct http_request *req, void *arg);
+void mcp_route_call_tool(struct http_request *req, void *arg);
 
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);

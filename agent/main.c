@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "spawn.h"
+#include "toolset.h"
 #include "xmalloc.h"
 
 extern char **environ;
@@ -49,6 +50,8 @@ static const struct config_option options[] = {
 	    "SIZE", "bytes kept per stream of a command (default 16M)" },
 	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
 	    "SIZE", "largest JSON request body (default 32M)" },
+	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
+	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
 	    "SECONDS", "default timeout of a command (default 300)" },
 	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
@@ -75,6 +78,7 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
 	spawn_kill_all(SIGTERM);
+	mcp_shutdown(&agent);
 	event_base_loopexit(agent.base, NULL);
 }
 
@@ -179,6 +183,10 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
+	if (tools_setup(&agent, agent.cfg.tools, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 2;
+	}
 	if (token_env != NULL && token_env[0] != '\0') {
 		agent.token = token_env;
 	} else if (agent.cfg.insecure_no_token) {
@@ -216,6 +224,8 @@ setup(int argc, char **argv)
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
+	git_routes_init(&agent);
+	mcp_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;
@@ -235,6 +245,8 @@ setup(int argc, char **argv)
 		}
 		log_info("listening on %s", agent.cfg.listen.v[i]);
 	}
+	if (agent.cfg.mcp_config != NULL)
+		mcp_load_config(&agent, agent.cfg.mcp_config);
 	return -1;
 }
 
@@ -256,5 +268,6 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
+	git_routes_shutdown();
 	return 0;
 }

@@ -39,4 +39,27 @@ struct tool_group {
 /* fstools.c: the filesystem tool set. */
 const struct tool_group *fstools_group(void);
 
+/* tools.c: the glue between the groups and the /mcp routes. */
+
+/* Enable the groups named in list ("filesystem,..."; NULL: none). An
+ * unknown name fails with err (400). */
+int tools_setup(struct agent *agent, const char *list, struct error *err);
+/* The enabled group of that name, or NULL. */
+const struct tool_group *tools_group(struct agent *agent, const char *name);
+/* The /mcp/list_tools entry of a tool, native or MCP: {"name", "json_schema":
+ * {"type": "function", "function": {"name", "description", "parameters"}}}.
+ * input_schema (borrowed) may be NULL. New reference. */
+json_t *tools_list_entry(const char *name, const char *description,
+    json_t *input_schema);
+/* Add {group: {tool: entry}} of every enabled group to answer. */
+void tools_list_native(struct agent *agent, json_t *answer);
+/* The enabled native tool of that name, or NULL; the first group wins. */
+const struct tool *tools_find(struct agent *agent, const char *name);
+/* Run a native tool: 0 with *result a new CallToolResult, or -1 with err. */
+int tools_call(struct agent *agent, const struct tool *tool,
+    json_t *arguments, json_t **result, struct error *err);
+/* Give a CallToolResult the shape of the reference's answers: "_meta" as
+ * "meta" (null when absent), "isError" always there. */
+void tools_result_normalize(json_t *result);
+
 #endif

@@ -167,9 +167,9 @@ void http_reply_write_buffer(struct http_request *req, struct evbuffer *buf);
 /* Bytes queued but not yet written to the socket. */
 size_t http_reply_pending(struct http_request *req);
 void http_reply_end(struct http_request *req);
-/* End a streamed reply that cannot be completed (its source failed) by
- * closing the connection, so the client sees a truncated body instead of
- * one that looks whole. */
+/* End a streamed reply that cannot be completed (a read error halfway):
+ * the connection closes without the final chunk, so the client sees a cut
+ * answer rather than a complete-looking short one. */
 void http_reply_abort(struct http_request *req);
 
 const char *http_status_reason(int status);

@@ -56,7 +56,10 @@ write_head(struct http_request *req, int status, const char *content_type,
 	int old_client = req->http_major == 1 && req->http_minor == 0;
 
 	req->status = status;
-	if (req->body_aborted || !req->keepalive)
+	/* A reply before the whole body was read ends the connection (see
+	 * http_conn_reply_done): the client must hear it, or it would send
+	 * its next request into a closed socket. */
+	if (req->body_aborted || !req->keepalive || !req->body_complete)
 		req->reply_close = 1;
 	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status,
 	    http_status_reason(status));
@@ -281,7 +284,6 @@ http_reply_abort(struct http_request *req)
 		http_reply_end(req);
 		return;
 	}
-	log_warn("%s %s: reply cut short", req->method_name, req->path);
 	req->reply_close = 1;
 	reply_finish(req);
 }

@@ -587,8 +587,11 @@ on_body(http_parser *p, const char *at, size_t len)
 		if (req->body_cb == NULL || req->reply == REPLY_DONE)
 			return 0;
 		if (req->body_cb(req, at, len, req->body_arg) < 0) {
-			req->body_aborted = 1;
-			req->reply_close = 1;
+			/* Its reply, if already sent, has freed req. */
+			if (conn->req == req) {
+				req->body_aborted = 1;
+				req->reply_close = 1;
+			}
 			http_parser_pause(p, 1);
 		}
 		return 0;

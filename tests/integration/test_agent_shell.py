@@ -91,7 +91,8 @@ def test_non_utf8_output_is_replaced(agent):
 
 def test_timeout_kills_group_and_keeps_output(agent):
     t0 = time.time()
-    res = agent.shell("echo before; (sleep 60; echo child) & sleep 60; echo after",
+    # An odd duration marks this test's sleeps among the machine's others.
+    res = agent.shell("echo before; (sleep 61.737; echo child) & sleep 61.737; echo after",
                       timeout=1)
     assert time.time() - t0 < 10
     texts = result_texts(res)
@@ -99,7 +100,7 @@ def test_timeout_kills_group_and_keeps_output(agent):
     assert texts["returncode"] == "-9"
     assert "timed out" in texts["stderr"]
     # The background sleep of the group is gone too.
-    ps = agent.shell("ps -eo args | grep -c '^sleep 60' || true")
+    ps = agent.shell("ps -eo args | grep -c '^sleep 61.737' || true")
     assert result_texts(ps)["stdout"].strip() == "0"
 
 

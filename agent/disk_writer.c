@@ -1,0 +1,300 @@
+/*
+ * The disk writer: a thread that writes queued data to files. write() to a
+ * regular file never says EAGAIN; when the disk lags, the kernel makes it
+ * block instead, which in the loop would stall every request of the agent.
+ * So uploads hand their data to this thread and pause their socket while
+ * the queue is over its high mark: TCP then holds the client back, and the
+ * agent's memory stays at the queue's size whatever the upload's.
+ *
+ * The thread and the loop share only the queue, under one mutex; the
+ * thread wakes the loop through an eventfd.
+ */
+#include "agent.h"
+#include "files.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+#define WRITER_CHUNK	(256 * 1024)	/* data per queue element */
+#define WRITER_HIGH	(1024 * 1024)	/* producer pauses over this */
+#define WRITER_LOW	(256 * 1024)	/* and resumes under this */
+#define WRITER_INLINE	(64 * 1024)	/* first bytes written by the loop */
+
+/* One write or close; owned by the queue, freed by the thread. */
+struct chunk {
+	struct chunk *next;
+	int fd;
+	int close;	/* close fd instead of writing */
+	size_t len, cap;
+	char data[];
+};
+
+/* Owned by one request; disk_writer_free frees it. */
+struct disk_writer {
+	pthread_t thread;
+	int started;
+	size_t inlined;		/* bytes written before the thread started */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	/* Under lock: */
+	struct chunk *head, *tail;
+	size_t queued;		/* bytes queued or being written */
+	int error;		/* errno of the first failed write */
+	int stop;		/* drop the rest and exit */
+	int error_told;		/* the loop was woken for error */
+	size_t wake_at;		/* wake the loop when queued <= this */
+	int waiting;		/* wake_at is armed */
+	/* Loop side: */
+	int efd;
+	struct event *ev;
+	void (*cb)(void *);
+	void *arg;
+};
+
+static void
+wake_loop(struct disk_writer *w)
+{
+	uint64_t one = 1;
+
+	while (write(w->efd, &one, sizeof one) < 0 && errno == EINTR)
+		;
+}
+
+static int
+write_all(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void *
+writer_main(void *arg)
+{
+	struct disk_writer *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct chunk *c;
+		int skip, e = 0, wake = 0;
+
+		while (w->head == NULL && !w->stop)
+			pthread_cond_wait(&w->cond, &w->lock);
+		if (w->head == NULL)
+			break;
+		c = w->head;
+		w->head = c->next;
+		if (w->head == NULL)
+			w->tail = NULL;
+		skip = w->stop || w->error != 0;
+		pthread_mutex_unlock(&w->lock);
+
+		if (c->close)
+			close(c->fd);
+		else if (!skip)
+			e = write_all(c->fd, c->data, c->len);
+
+		pthread_mutex_lock(&w->lock);
+		w->queued -= c->len;
+		free(c);
+		if (e != 0 && w->error == 0)
+			w->error = e;
+		if (w->error != 0 && !w->error_told) {
+			w->error_told = 1;
+			wake = 1;
+		}
+		if (w->waiting && w->queued <= w->wake_at) {
+			w->waiting = 0;
+			wake = 1;
+		}
+		if (wake && !w->stop)
+			wake_loop(w);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static void
+wakeup_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct disk_writer *w = arg;
+	uint64_t n;
+
+	(void)what;
+	(void)!read(fd, &n, sizeof n);
+	w->cb(w->arg);
+}
+
+struct disk_writer *
+disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
+{
+	struct disk_writer *w = xcalloc(1, sizeof *w);
+
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->cb = cb;
+	w->arg = arg;
+	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->efd < 0)
+		fatal("eventfd: %s", strerror(errno));
+	w->ev = event_new(base, w->efd, EV_READ | EV_PERSIST, wakeup_cb, w);
+	event_add(w->ev, NULL);
+	return w;
+}
+
+/* The thread starts once an upload outgrows WRITER_INLINE. Signals stay
+ * with the loop's thread. */
+static void
+start_thread(struct disk_writer *w)
+{
+	sigset_t all, old;
+	int e;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	e = pthread_create(&w->thread, NULL, writer_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0)
+		fatal("cannot start the disk writer thread: %s", strerror(e));
+	w->started = 1;
+}
+
+static void
+enqueue(struct disk_writer *w, struct chunk *c)
+{
+	if (w->tail != NULL)
+		w->tail->next = c;
+	else
+		w->head = c;
+	w->tail = c;
+	w->queued += c->len;
+	pthread_cond_signal(&w->cond);
+}
+
+int
+disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len)
+{
+	struct chunk *c;
+	int over;
+
+	/* A small upload fits in the page cache at once: writing it here
+	 * costs less than starting a thread. */
+	if (!w->started && w->inlined + len <= WRITER_INLINE) {
+		w->inlined += len;
+		if (w->error == 0)
+			w->error = write_all(fd, data, len);
+		return 0;
+	}
+	if (!w->started)
+		start_thread(w);
+	pthread_mutex_lock(&w->lock);
+	c = w->tail;
+	if (c != NULL && !c->close && c->fd == fd && c->cap - c->len >= len) {
+		/* The thread has not taken the tail yet: top it up. */
+		memcpy(c->data + c->len, data, len);
+		c->len += len;
+		w->queued += len;
+	} else {
+		size_t cap = len > WRITER_CHUNK ? len : WRITER_CHUNK;
+
+		pthread_mutex_unlock(&w->lock);
+		c = xmalloc(sizeof *c + cap);
+		c->next = NULL;
+		c->fd = fd;
+		c->close = 0;
+		c->len = len;
+		c->cap = cap;
+		memcpy(c->data, data, len);
+		pthread_mutex_lock(&w->lock);
+		enqueue(w, c);
+	}
+	over = w->queued > WRITER_HIGH;
+	if (over) {
+		w->wake_at = WRITER_LOW;
+		w->waiting = 1;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return over;
+}
+
+void
+disk_writer_close(struct disk_writer *w, int fd)
+{
+	struct chunk *c;
+
+	if (!w->started) {
+		close(fd);
+		return;
+	}
+	c = xcalloc(1, sizeof *c);
+	c->fd = fd;
+	c->close = 1;
+	pthread_mutex_lock(&w->lock);
+	enqueue(w, c);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int
+disk_writer_flush(struct disk_writer *w)
+{
+	int done;
+
+	pthread_mutex_lock(&w->lock);
+	done = w->queued == 0 || w->error != 0;
+	if (!done) {
+		w->wake_at = 0;
+		w->waiting = 1;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return done;
+}
+
+int
+disk_writer_error(struct disk_writer *w)
+{
+	int e;
+
+	pthread_mutex_lock(&w->lock);
+	e = w->error;
+	pthread_mutex_unlock(&w->lock);
+	return e;
+}
+
+void
+disk_writer_free(struct disk_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->started) {
+		pthread_mutex_lock(&w->lock);
+		w->stop = 1;
+		pthread_cond_signal(&w->cond);
+		pthread_mutex_unlock(&w->lock);
+		pthread_join(w->thread, NULL);
+	}
+	event_free(w->ev);
+	close(w->efd);
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	free(w);
+}
