@@ -1,7 +1,9 @@
 """The proxy streams bodies both ways with backpressure: large uploads and
 large answers pass through sandboxd without being held in its memory.
 Memory is checked by sandboxd's peak RSS (VmHWM) before and after."""
+import hashlib
 import io
+import os
 import time
 
 import requests
@@ -49,6 +51,55 @@ def test_large_upload_streams_through(sandboxd):
     r = s.post(f"/proxy/{name}/tools/run_shell_command",
                data=json_body_chunks(40 * MiB, "true"), timeout=300)
     assert r.status_code == 413
+
+
+def test_one_gib_up_and_down_through_the_proxy(sandboxd):
+    """The issue's figure: 1 GiB through /proxy/{id}/workspace/file both
+    ways grows sandboxd's peak memory by a few MiB at most."""
+    s = sandboxd
+    name = s.create()
+    mount = s.rpc("get_info", identity=name)["mount_dir"]
+    block = 1024 * 1024
+    nblocks = 1024
+    seed = os.urandom(block)
+    up_hash = hashlib.sha256()
+
+    def body():
+        for i in range(nblocks):
+            chunk = i.to_bytes(8, "little") + seed[8:]
+            up_hash.update(chunk)
+            yield chunk
+
+    url = f"/proxy/{name}/workspace/file"
+    # Warm every path up first, so the baseline includes it.
+    assert s.session.put(s.url + url, params={"path": "warm.bin"},
+                         data=seed).status_code == 200
+    assert s.get(url, params={"path": "warm.bin", "format": "bytes"}
+                 ).content == seed
+    base = _hwm(s)
+    r = s.session.put(s.url + url, params={"path": "big/huge.bin"},
+                      data=body(), timeout=900)
+    assert r.status_code == 200, r.text
+    assert r.json()["size"] == block * nblocks
+    after_up = _hwm(s)
+    assert os.path.getsize(os.path.join(mount, "big/huge.bin")) == \
+        block * nblocks
+    down_hash = hashlib.sha256()
+    got = 0
+    with s.get(url, params={"path": "big/huge.bin", "format": "bytes"},
+               stream=True, timeout=900) as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Length"] == str(block * nblocks)
+        for chunk in r.iter_content(block):
+            down_hash.update(chunk)
+            got += len(chunk)
+    after_down = _hwm(s)
+    assert got == block * nblocks
+    assert down_hash.hexdigest() == up_hash.hexdigest()
+    print(f"sandboxd VmHWM: {base} KiB, after 1 GiB up {after_up} KiB, "
+          f"after 1 GiB down {after_down} KiB")
+    assert after_up - base < GROWTH_LIMIT_KIB
+    assert after_down - base < GROWTH_LIMIT_KIB
 
 
 def _hwm(s):

@@ -111,11 +111,6 @@ def test_call_tool_errors(sandboxd):
     r = s.post("/call_tool", {"identity": name})
     assert r.status_code == 400
     assert "tool_name" in r.json()["detail"]
-    # The minimal agent has no MCP tools.
-    r = s.post("/call_tool", {"identity": name, "tool_name": "nope",
-                              "arguments": {}})
-    assert r.status_code >= 400
-    assert r.json()["detail"].startswith("Error in call_tool: ")
 
 
 def test_list_tools(sandboxd):
@@ -138,17 +133,23 @@ def test_list_tools(sandboxd):
 def test_add_mcp_servers_is_relayed(sandboxd):
     s = sandboxd
     name = s.create()
-    r = s.post("/add_mcp_servers", {"identity": name, "server_configs":
-                                    {"mcpServers": {}}, "overwrite": False})
-    # The minimal agent may or may not carry MCP; either answer is relayed
-    # in the spec's shape.
-    if r.status_code == 200:
-        assert "data" in r.json()
-    else:
-        assert r.json()["detail"].startswith("Error in add_mcp_servers: ")
+    assert s.rpc("add_mcp_servers", identity=name,
+                 server_configs={"mcpServers": {}}, overwrite=False) == "OK"
+    # A server that cannot start: the agent's 500, named, as our 502.
+    r = s.post("/add_mcp_servers", {"identity": name, "server_configs": {
+        "mcpServers": {"broken": {"command": "/bin/false"}}}})
+    assert r.status_code == 502
+    detail = r.json()["detail"]
+    assert detail.startswith("Error in add_mcp_servers: ")
+    assert "broken" in detail
     r = s.post("/add_mcp_servers", {"identity": name})
     assert r.status_code == 400
     assert "server_configs" in r.json()["detail"]
+    # An unknown MCP tool: the agent's 404 comes back as ours.
+    r = s.post("/call_tool", {"identity": name, "tool_name": "nope",
+                              "arguments": {}})
+    assert r.status_code == 404
+    assert "nope" in r.json()["detail"]
 
 
 def test_stop_and_start(sandboxd):
