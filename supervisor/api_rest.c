@@ -129,14 +129,18 @@ released_cb(struct sandbox *sb, const struct error *err, void *arg)
 static void
 route_sandbox(struct http_request *req, void *arg)
 {
-	const char *raw = http_request_raw_target(req) + strlen("/v1/sandboxes/");
-	size_t idlen = strcspn(raw, "/?");
+	const char *raw = http_request_raw_target(req);
 	enum http_verb method = http_request_method(req);
 	struct sandbox *sb;
 	char *id, *target;
 	const char *rest;
+	size_t idlen = 0;
 
 	(void)arg;
+	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
+		raw += 14;
+		idlen = strcspn(raw, "/?");
+	}
 	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
 		http_reply_error(req, 404, "Not Found");
 		return;

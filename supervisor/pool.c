@@ -17,6 +17,7 @@
 
 #define BACKOFF_FIRST 1.0
 #define BACKOFF_MAX 60.0
+#define REFILL_AFTER_TAKE 0.01
 
 /* One per pool type; lives until pool_stop. */
 struct pool {
@@ -170,7 +171,9 @@ pool_take(const struct sandbox_type *type)
 	}
 	sandbox_set_state(sb, SB_RUNNING);
 	metrics_count(M_POOL_TAKES, type->name);
-	pool_refill();
+	/* A moment later, so the answer to this take leaves first. */
+	if (sd.ready && !sd.shutting_down)
+		schedule(REFILL_AFTER_TAKE);
 	return sb;
 }
 

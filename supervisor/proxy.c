@@ -289,12 +289,18 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 void
 proxy_route(struct http_request *req, void *arg)
 {
-	const char *raw = http_request_raw_target(req) + strlen("/proxy/");
-	size_t idlen = strcspn(raw, "/?");
+	const char *raw = http_request_raw_target(req);
 	struct sandbox *sb;
 	char *identity, *target;
+	size_t idlen = 0;
 
 	(void)arg;
+	/* The route matched the decoded path; the raw one (kept as sent for
+	 * the agent) must spell the prefix plainly too. */
+	if (strncmp(raw, "/proxy/", 7) == 0) {
+		raw += 7;
+		idlen = strcspn(raw, "/?");
+	}
 	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &identity) < 0) {
 		http_reply_error(req, 404, "no sandbox named in %s",
 		    http_request_path(req));
