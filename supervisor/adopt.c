@@ -32,6 +32,9 @@ struct adoption {
 	json_t *seen;		/* names of containers found */
 };
 
+/* The run in progress, if any (for adopt_stop). */
+static struct adoption *running;
+
 static void adoption_step_done(struct adoption *a);
 
 static void
@@ -254,6 +257,7 @@ adoption_step_done(struct adoption *a)
 	state_loaded_free();
 	state_dirty();
 	log_info("adopt: done, %zu sandboxes live", sandbox_count_live());
+	running = NULL;
 	a->done(a->arg);
 	if (a->retry != NULL)
 		event_free(a->retry);
@@ -306,10 +310,27 @@ list_cb(const struct backend_container *v, size_t n,
 }
 
 void
+adopt_stop(void)
+{
+	struct adoption *a = running;
+
+	/* Only a run still waiting for Docker to answer stops here; one
+	 * with steps in flight finishes on its own. */
+	if (a == NULL || a->pending > 0)
+		return;
+	running = NULL;
+	if (a->retry != NULL)
+		event_free(a->retry);
+	json_decref(a->seen);
+	free(a);
+}
+
+void
 adopt_start(adopt_done_cb done, void *arg)
 {
 	struct adoption *a = xcalloc(1, sizeof *a);
 
+	running = a;
 	a->done = done;
 	a->arg = arg;
 	a->seen = json_object();

@@ -85,8 +85,9 @@ struct backend {
 	void *impl;
 };
 
-/* DOCKER_HOST is unix:///path. */
+/* DOCKER_HOST is unix:///path; at most max_inflight Engine API calls at
+ * once. */
 struct backend *backend_docker_new(struct event_base *base,
-    const char *docker_host);
+    const char *docker_host, size_t max_inflight);
 
 #endif

@@ -316,7 +316,8 @@ static const struct backend_ops docker_ops = {
 };
 
 struct backend *
-backend_docker_new(struct event_base *base, const char *docker_host)
+backend_docker_new(struct event_base *base, const char *docker_host,
+    size_t max_inflight)
 {
 	struct backend *b = xcalloc(1, sizeof *b);
 	char *addr;
@@ -324,7 +325,7 @@ backend_docker_new(struct event_base *base, const char *docker_host)
 	/* unix:///var/run/docker.sock -> unix:/var/run/docker.sock */
 	addr = xasprintf("unix:%s", docker_host + strlen("unix://"));
 	b->ops = &docker_ops;
-	b->impl = docker_new(base, addr);
+	b->impl = docker_new(base, addr, max_inflight);
 	free(addr);
 	return b;
 }

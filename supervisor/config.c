@@ -111,6 +111,9 @@ static const struct config_option options[] = {
 	    "http://HOST:PORT)" },
 	{ "--pool-parallel", "SANDBOXD_POOL_PARALLEL", CONFIG_INT,
 	    C(pool_parallel), "N", "concurrent creates per pool (default 2)" },
+	{ "--docker-parallel", "SANDBOXD_DOCKER_PARALLEL", CONFIG_INT,
+	    C(docker_parallel), "N", "Docker Engine API calls at once; more "
+	    "wait their turn (default 8)" },
 	{ "--log-level", "SANDBOXD_LOG_LEVEL", CONFIG_STRING, C(log_level),
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
@@ -153,6 +156,7 @@ set_defaults(struct sandboxd_config *c)
 	c->health_interval = 10;
 	c->proxy_timeout = 3600;
 	c->pool_parallel = 2;
+	c->docker_parallel = 8;
 	c->redis_port = 6379;
 }
 
@@ -555,6 +559,11 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	}
 	if (!(c->proxy_timeout > 0)) {
 		error_set(err, 400, "SANDBOXD_PROXY_TIMEOUT: must be positive");
+		return -1;
+	}
+	if (c->docker_parallel < 1 || c->docker_parallel > 1000) {
+		error_set(err, 400, "SANDBOXD_DOCKER_PARALLEL: must be between 1 "
+		    "and 1000");
 		return -1;
 	}
 	if (c->pool_parallel < 1) {

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include <event2/buffer.h>
 
@@ -14,41 +15,86 @@
 #include "log.h"
 #include "xmalloc.h"
 
-/* Seconds without progress before a Docker call fails: creating a container
- * on a loaded machine can take a few seconds, never this long. */
-#define DOCKER_TIMEOUT 60
+/* Seconds without progress before a Docker call fails: once a call is
+ * sent (queued ones wait without a clock), the daemon answers in seconds. */
+#define DOCKER_TIMEOUT 120
 
-/* Owned by the backend. */
-struct docker {
-	struct event_base *base;
-	char *addr;
-};
-
-/* One call in flight; freed when its callback has run. */
+/* One call, queued or in flight; freed when its callback has run. */
 struct call {
+	TAILQ_ENTRY(call) entry;
+	struct docker *docker;
+	char *method;
+	char *target;
+	json_t *body;		/* or NULL */
+	int raw;		/* answer read as bytes (logs), not JSON */
 	docker_cb done;
 	docker_raw_cb raw_done;
 	void *arg;
 	char *what;		/* "create container x", for messages */
 };
 
+/* Owned by the backend. Calls beyond max wait in a queue: fifty creates
+ * at once would otherwise make a small machine's daemon time them out. */
+struct docker {
+	struct event_base *base;
+	char *addr;
+	size_t inflight;
+	size_t max;
+	TAILQ_HEAD(, call) queue;
+};
+
+static void launch(struct call *c);
+
 struct docker *
-docker_new(struct event_base *base, const char *addr)
+docker_new(struct event_base *base, const char *addr, size_t max_inflight)
 {
 	struct docker *d = xcalloc(1, sizeof *d);
 
 	d->base = base;
 	d->addr = xstrdup(addr);
+	d->max = max_inflight > 0 ? max_inflight : 1;
+	TAILQ_INIT(&d->queue);
 	return d;
+}
+
+static void
+call_free(struct call *c)
+{
+	free(c->method);
+	free(c->target);
+	json_decref(c->body);
+	free(c->what);
+	free(c);
 }
 
 void
 docker_free(struct docker *d)
 {
+	struct call *c;
+
 	if (d == NULL)
 		return;
+	while ((c = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, c, entry);
+		call_free(c);
+	}
 	free(d->addr);
 	free(d);
+}
+
+/* A call has ended: start the next one waiting. */
+static void
+call_end(struct call *c)
+{
+	struct docker *d = c->docker;
+	struct call *next;
+
+	call_free(c);
+	d->inflight--;
+	if ((next = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, next, entry);
+		launch(next);
+	}
 }
 
 /* Docker's own words for a failed call, with the status it implies. */
@@ -83,28 +129,73 @@ json_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 	} else {
 		c->done(answer, NULL, c->arg);
 	}
-	free(c->what);
-	free(c);
+	call_end(c);
+}
+
+static void raw_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg);
+
+static void
+launch(struct call *c)
+{
+	struct docker *d = c->docker;
+	struct error err;
+	void *r;
+
+	d->inflight++;
+	log_debug("docker: %s %s", c->method, c->target);
+	if (c->raw) {
+		struct http_client_options opts = { 0 };
+		struct http_client_callbacks cb = { 0 };
+
+		opts.addr = d->addr;
+		opts.method = c->method;
+		opts.target = c->target;
+		opts.timeout = DOCKER_TIMEOUT;
+		opts.max_response = 1024 * 1024;
+		cb.on_done = raw_done_cb;
+		r = http_client_start(d->base, &opts, &cb, c, &err);
+	} else {
+		r = http_client_json(d->base, d->addr, c->method, c->target, NULL,
+		    c->body, DOCKER_TIMEOUT, json_done_cb, c, &err);
+	}
+	if (r == NULL) {
+		error_prefix(&err, "docker: %s", c->what);
+		if (c->raw)
+			c->raw_done(NULL, 0, &err, c->arg);
+		else
+			c->done(NULL, &err, c->arg);
+		call_end(c);
+	}
+}
+
+static void
+enqueue(struct docker *d, const char *method, char *target, json_t *body,
+    char *what, int raw, docker_cb done, docker_raw_cb raw_done, void *arg)
+{
+	struct call *c = xcalloc(1, sizeof *c);
+
+	c->docker = d;
+	c->method = xstrdup(method);
+	c->target = target;
+	c->body = body != NULL ? json_incref(body) : NULL;
+	c->what = what;
+	c->raw = raw;
+	c->done = done;
+	c->raw_done = raw_done;
+	c->arg = arg;
+	if (d->inflight < d->max)
+		launch(c);
+	else
+		TAILQ_INSERT_TAIL(&d->queue, c, entry);
 }
 
 static void
 call(struct docker *d, const char *method, const char *target, json_t *body,
     const char *what, docker_cb done, void *arg)
 {
-	struct call *c = xcalloc(1, sizeof *c);
-	struct error err;
-
-	c->done = done;
-	c->arg = arg;
-	c->what = xstrdup(what);
-	log_debug("docker: %s %s", method, target);
-	if (http_client_json(d->base, d->addr, method, target, NULL, body,
-	    DOCKER_TIMEOUT, json_done_cb, c, &err) == NULL) {
-		error_prefix(&err, "docker: %s", what);
-		done(NULL, &err, arg);
-		free(c->what);
-		free(c);
-	}
+	enqueue(d, method, xstrdup(target), body, xstrdup(what), 0, done, NULL,
+	    arg);
 }
 
 /* Path segments we put in targets: ids and names are [a-zA-Z0-9_.-]. */
@@ -250,7 +341,8 @@ raw_done_cb(struct http_client_request *r, const struct error *err,
 		e = *err;
 		error_prefix(&e, "docker: %s", c->what);
 		c->raw_done(NULL, 0, &e, c->arg);
-		goto done;
+		call_end(c);
+		return;
 	}
 	status = http_client_status(r);
 	body = http_client_body(r);
@@ -258,7 +350,8 @@ raw_done_cb(struct http_client_request *r, const struct error *err,
 		error_set(&e, status == 404 ? 404 : 502, "docker: %s: HTTP %d",
 		    c->what, status);
 		c->raw_done(NULL, 0, &e, c->arg);
-		goto done;
+		call_end(c);
+		return;
 	}
 	/* Without a TTY the answer is multiplexed: frames of an 8-byte
 	 * header (stream, 0, 0, 0, big-endian length) and the bytes. */
@@ -279,42 +372,21 @@ raw_done_cb(struct http_client_request *r, const struct error *err,
 	c->raw_done((const char *)evbuffer_pullup(out, -1),
 	    evbuffer_get_length(out) - 1, NULL, c->arg);
 	evbuffer_free(out);
-done:
-	free(c->what);
-	free(c);
+	call_end(c);
 }
 
 void
 docker_container_logs(struct docker *d, const char *id, int lines,
     docker_raw_cb done, void *arg)
 {
-	struct http_client_options opts = { 0 };
-	struct http_client_callbacks cb = { 0 };
-	struct call *c;
 	struct error err;
-	char *target;
 
 	if (!safe_segment(id)) {
 		error_set(&err, 400, "docker: '%s' is not a container id", id);
 		done(NULL, 0, &err, arg);
 		return;
 	}
-	c = xcalloc(1, sizeof *c);
-	c->raw_done = done;
-	c->arg = arg;
-	c->what = xasprintf("logs of container %.12s", id);
-	target = xasprintf("/containers/%s/logs?stdout=1&stderr=1&tail=%d", id,
-	    lines);
-	opts.addr = d->addr;
-	opts.method = "GET";
-	opts.target = target;
-	opts.timeout = DOCKER_TIMEOUT;
-	opts.max_response = 1024 * 1024;
-	cb.on_done = raw_done_cb;
-	if (http_client_start(d->base, &opts, &cb, c, &err) == NULL) {
-		done(NULL, 0, &err, arg);
-		free(c->what);
-		free(c);
-	}
-	free(target);
+	enqueue(d, "GET", xasprintf("/containers/%s/logs?stdout=1&stderr=1&"
+	    "tail=%d", id, lines), NULL, xasprintf("logs of container %.12s",
+	    id), 1, NULL, done, arg);
 }

@@ -20,8 +20,10 @@ typedef void (*docker_cb)(json_t *answer, const struct error *err, void *arg);
 typedef void (*docker_raw_cb)(const char *body, size_t len,
     const struct error *err, void *arg);
 
-/* addr: "unix:/var/run/docker.sock". Owned by the backend. */
-struct docker *docker_new(struct event_base *base, const char *addr);
+/* addr: "unix:/var/run/docker.sock". At most max_inflight calls are sent
+ * at once; the rest wait in order. Owned by the backend. */
+struct docker *docker_new(struct event_base *base, const char *addr,
+    size_t max_inflight);
 void docker_free(struct docker *d);
 
 /* POST /containers/create?name=NAME with body (borrowed). */

@@ -238,7 +238,8 @@ setup(int argc, char **argv)
 		return 1;
 	}
 	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
-	sd.backend = backend_docker_new(sd.base, sd.cfg.docker_host);
+	sd.backend = backend_docker_new(sd.base, sd.cfg.docker_host,
+	    (size_t)sd.cfg.docker_parallel);
 
 	all_routes = merged_routes(&nroutes);
 	hc.routes = all_routes;
@@ -268,6 +269,7 @@ setup(int argc, char **argv)
 static void
 teardown(void)
 {
+	adopt_stop();
 	state_close();
 	if (shutdown_ev != NULL)
 		event_free(shutdown_ev);

@@ -83,6 +83,7 @@ struct sandboxd_config {
 	char *allowed_mount_dirs;	/* comma list of roots for mount_dir */
 	char *public_url;		/* how clients reach us, for proxy urls */
 	long pool_parallel;		/* concurrent creates per pool */
+	long docker_parallel;		/* Engine API calls at once */
 	char *log_level;
 	int access_log;
 
@@ -313,6 +314,8 @@ void state_close(void);
 /* adopt.c: take back our containers after a restart. */
 typedef void (*adopt_done_cb)(void *arg);
 void adopt_start(adopt_done_cb done, void *arg);
+/* At shutdown: drop a run that still waits for Docker. */
+void adopt_stop(void);
 
 /* pool.c */
 void pool_init(void);

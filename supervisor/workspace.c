@@ -92,10 +92,15 @@ allowed_root(const char *path)
 	return NULL;
 }
 
+/* mkdir -p of path, which lies inside root (root itself exists). */
 static int
 mkdirs_below(const char *root, const char *path, mode_t mode)
 {
-	char *p = xstrdup(path);
+	char *p;
+
+	if (!strictly_inside(path, root))
+		return strcmp(path, root) == 0 ? 0 : -1;
+	p = xstrdup(path);
 
 	for (char *s = p + strlen(root) + 1; *s != '\0'; s++) {
 		if (*s != '/')

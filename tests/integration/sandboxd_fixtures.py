@@ -76,7 +76,8 @@ class Sandboxd:
         self.token = token
         self.log_path = os.path.join(self.dir, "sandboxd.log")
         e = {k: v for k, v in os.environ.items()
-             if k in ("PATH", "HOME", "LANG", "DOCKER_HOST")}
+             if k in ("PATH", "HOME", "LANG", "DOCKER_HOST", "ASAN_OPTIONS",
+                      "UBSAN_OPTIONS")}
         e.update({
             "RUNTIME_SANDBOX_IMAGE_TAG": tag,
             "DEFAULT_SANDBOX_TYPE": "minimal",
@@ -199,7 +200,7 @@ class Sandboxd:
         finally:
             self.log.close()
 
-    def stop(self, timeout=120):
+    def stop(self, timeout=300):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -216,7 +217,7 @@ class Sandboxd:
         ids = docker("ps", "-aq", "--filter",
                      f"label={LABEL_INSTANCE}={self.instance}").stdout.split()
         if ids:
-            docker("rm", "-f", *ids, check=False)
+            docker("rm", "-f", *ids, check=False, timeout=600)
 
 
 @pytest.fixture
