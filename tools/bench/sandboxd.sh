@@ -8,7 +8,8 @@
 # BENCH_LIVE live minimal sandboxes.
 #
 # Knobs: BENCH_POOL warm sandboxes taken (30), BENCH_COLD cold creates and
-# bare runs (10), BENCH_LIVE live sandboxes for RSS (100).
+# bare runs (10), BENCH_LIVE live sandboxes for RSS (100), BENCH_ROUNDS
+# turns of the direct / through-sandboxd comparison (5).
 # Needs a Docker daemon (run it under tools/with-dockerd on a fresh machine).
 
 SANDBOXD=supervisor/sandboxd
@@ -76,23 +77,66 @@ sbxd_image() {
 	fi
 }
 
-# sbxd_latency HOST PORT TARGET [httplat options...]: sets P50 and P99 (us)
-sbxd_latency() {
-	local host=$1 port=$2 target=$3 out
+median() {
+	sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+# sbxd_compare LABEL HOST PORT TARGET [opts] -- LABEL2 HOST PORT TARGET
+# [opts] [-- ...]: the first is straight to the agent, the others through
+# sandboxd. The paths take turns, BENCH_ROUNDS rounds of N/ROUNDS requests,
+# so that the machine's load drifting during the run weighs on all alike;
+# each figure is the median over the rounds.
+sbxd_compare() {
+	local rounds=${BENCH_ROUNDS:-5} npaths=0 i r p50s p99s direct
+	local -a labels specs
+	while [ $# -gt 0 ]; do
+		labels[npaths]=$1
+		shift
+		specs[npaths]=""
+		while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+			specs[npaths]+="$(printf '%q ' "$1")"
+			shift
+		done
+		[ $# -gt 0 ] && shift
+		npaths=$((npaths + 1))
+	done
+	declare -A got50 got99
+	for r in $(seq 1 "$rounds"); do
+		for i in $(seq 0 $((npaths - 1))); do
+			local out
+			if ! out=$(eval "\"\$HTTPLAT\" -n $((N / rounds)) -w $((WARMUP / rounds + 1)) $(sbxd_opts "${specs[i]}")" 2>&1); then
+				fail "httplat ${labels[i]}: $out"
+				return
+			fi
+			got50[$i]+="$(field p50_us "$out") "
+			got99[$i]+="$(field p99_us "$out") "
+		done
+	done
+	for i in $(seq 0 $((npaths - 1))); do
+		p50s=$(tr ' ' '\n' <<<"${got50[$i]}" | grep . | median)
+		p99s=$(tr ' ' '\n' <<<"${got99[$i]}" | grep . | median)
+		if [ "$i" -eq 0 ]; then
+			direct=$p50s
+			row "${labels[i]}, direct to the agent" \
+				"p50 $p50s us, p99 $p99s us"
+		else
+			row "  ${labels[i]}" "p50 $p50s us, p99 $p99s us" \
+				"+ <= 300 us" \
+				"$(verdict "$((p50s - direct))" '<=' 300) (+$((p50s - direct)) us)"
+		fi
+	done
+}
+
+# HOST PORT TARGET [opts] -> httplat's argument order: [opts] HOST PORT TARGET
+sbxd_opts() {
+	eval "set -- $1"
+	local host=$1 port=$2 target=$3
 	shift 3
-	P50=
-	P99=
-	if ! out=$("$HTTPLAT" -n "$N" -w "$WARMUP" "$@" "$host" "$port" \
-		"$target" 2>&1); then
-		fail "httplat $target: $out"
-		return 1
-	fi
-	P50=$(field p50_us "$out")
-	P99=$(field p99_us "$out")
+	printf '%q ' "$@" "$host" "$port" "$target"
 }
 
 section_sandboxd() {
-	local out m takes misses p50 p99 ratio direct name token ip rss types
+	local out m takes misses p50 p99 ratio name token ip rss types
 	if ! docker version >/dev/null 2>&1; then
 		heading "sandboxd"
 		row "Docker" "not reachable" "a daemon" "MISSED"
@@ -159,34 +203,20 @@ r = urllib.request.Request(sys.argv[1] + "/get_info", data=json.dumps({"identity
 print(json.load(urllib.request.urlopen(r))["data"]["runtime_token"])' "$SBXD_URL" "$name")
 	ip=$(/usr/bin/python3 "$SBXD_HELPER" bridge-ip "$name")
 	local cmd='{"command": "echo hi"}'
-	if sbxd_latency "$ip" 8000 /healthz -H "Authorization: Bearer $token"; then
-		direct=$P50
-		row "GET /healthz, direct to the agent" "p50 $P50 us, p99 $P99 us"
-		if sbxd_latency 127.0.0.1 "$SBXD_PORT" "/proxy/$name/healthz"; then
-			row "  through /proxy/{id}/healthz" "p50 $P50 us, p99 $P99 us" \
-				"+ <= 300 us" \
-				"$(verdict "$((P50 - direct))" '<=' 300) (+$((P50 - direct)) us)"
-		fi
-	fi
-	if sbxd_latency "$ip" 8000 /tools/run_shell_command -m POST \
-		-c application/json -d "$cmd" -H "Authorization: Bearer $token"; then
-		direct=$P50
-		row 'run_shell_command "echo hi", direct to the agent' \
-			"p50 $P50 us, p99 $P99 us"
-		if sbxd_latency 127.0.0.1 "$SBXD_PORT" \
-			"/proxy/$name/tools/run_shell_command" -m POST \
-			-c application/json -d "$cmd"; then
-			row "  through /proxy/{id}/..." "p50 $P50 us, p99 $P99 us" \
-				"+ <= 300 us" \
-				"$(verdict "$((P50 - direct))" '<=' 300) (+$((P50 - direct)) us)"
-		fi
-		if sbxd_latency 127.0.0.1 "$SBXD_PORT" /call_tool -m POST \
-			-c application/json -d "{\"identity\": \"$name\", \"tool_name\": \"run_shell_command\", \"arguments\": $cmd}"; then
-			row "  through /call_tool" "p50 $P50 us, p99 $P99 us" \
-				"+ <= 300 us" \
-				"$(verdict "$((P50 - direct))" '<=' 300) (+$((P50 - direct)) us)"
-		fi
-	fi
+	local call="{\"identity\": \"$name\", \"tool_name\": \"run_shell_command\", \"arguments\": $cmd}"
+	sbxd_compare "GET /healthz" \
+		"$ip" 8000 /healthz -H "Authorization: Bearer $token" -- \
+		"through /proxy/{id}/healthz" \
+		127.0.0.1 "$SBXD_PORT" "/proxy/$name/healthz"
+	sbxd_compare 'run_shell_command "echo hi"' \
+		"$ip" 8000 /tools/run_shell_command -m POST -c application/json \
+		-d "$cmd" -H "Authorization: Bearer $token" -- \
+		"through /proxy/{id}/..." \
+		127.0.0.1 "$SBXD_PORT" "/proxy/$name/tools/run_shell_command" \
+		-m POST -c application/json -d "$cmd" -- \
+		"through /call_tool" \
+		127.0.0.1 "$SBXD_PORT" /call_tool -m POST -c application/json \
+		-d "$call"
 	/usr/bin/python3 -c 'import json, sys, urllib.request
 urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/release", data=json.dumps({"identity": sys.argv[2]}).encode()))' "$SBXD_URL" "$name"
 
