@@ -16,6 +16,7 @@ struct event_base;
 struct mcp;
 struct sock_fprog;
 struct tool_group;
+struct kernel;
 
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
@@ -51,6 +52,7 @@ struct agent {
 	const struct tool_group **tool_groups;	/* --tools, in that order */
 	size_t ntool_groups;
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
+	struct kernel *kernel;		/* the IPython kernel (kernel.c) */
 };
 
 /* routes.c */
@@ -91,6 +93,35 @@ void mcp_route_add_servers(struct http_request *req, void *arg);
 void mcp_route_list_tools(struct http_request *req, void *arg);
 void mcp_route_call_tool(struct http_request *req, void *arg);
 
+/* ipython.c */
+void ipython_route_run(struct http_request *req, void *arg);
+
+/* kernel.c: the stateful IPython kernel, a supervised Python child that
+ * runs cells one at a time, in the order they came. */
+struct kernel_cell;
+
+/* What a cell produced. Owned by the done callback: kernel_result_free. */
+struct kernel_result {
+	struct error err;		/* status 0: the cell ran (and maybe
+					 * failed); else the kernel could not */
+	struct evbuffer *out;		/* stdout, then the last value's repr */
+	struct evbuffer *errout;	/* stderr, tracebacks, our notes */
+	json_t *images;			/* MCP image items (array) */
+};
+typedef void (*kernel_done_cb)(struct kernel_result *res, void *arg);
+
+/* Queue code (a JSON string, referenced) to run with a timeout in seconds.
+ * done runs later, never from inside this call. NULL with err (503) when
+ * the kernel cannot start; the cell is the kernel's until done runs. */
+struct kernel_cell *kernel_run(struct agent *agent, json_t *code,
+    double timeout, kernel_done_cb done, void *arg, struct error *err);
+/* The caller lost interest (its client left): a queued cell is dropped, a
+ * running one interrupted. done will not run. */
+void kernel_abandon(struct kernel_cell *cell);
+void kernel_result_free(struct kernel_result *res);
+/* Start the kernel now, not on first use (--prewarm-kernel). */
+void kernel_prewarm(struct agent *agent);
+
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);
 void confine_free(struct sock_fprog *prog);
@@ -110,5 +141,10 @@ struct evbuffer;
 void agent_tool_result_stream(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     void (*done)(void *arg), void *arg);
+/* The same with more content items (an array of objects: images) after the
+ * text items; extra is referenced until done. */
+void agent_tool_result_stream_items(struct http_request *req, int is_error,
+    size_t n, struct evbuffer **bufs, const char *const *descriptions,
+    json_t *extra, void (*done)(void *arg), void *arg);
 
 #endif

@@ -320,11 +320,16 @@ upload_gone(struct http_request *req, void *arg)
 	struct upload *up = arg;
 	struct error err;
 
+	char *rel = xstrdup(up->rel);
+
 	(void)req;
-	log_info("upload of %s aborted by the client; nothing was written",
-	    up->rel);
 	error_set(&err, 499, "client closed the connection");
 	upload_fail(up, &err);
+	/* Logged once the staged file and new directories are gone, so the
+	 * line means the workspace is as it was. */
+	log_info("upload of %s aborted by the client; nothing was written",
+	    rel);
+	free(rel);
 }
 
 /* A body the disk cannot hold fails now, not after it was sent. */

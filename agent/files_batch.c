@@ -387,9 +387,10 @@ batch_gone(struct http_request *req, void *arg)
 	struct error err;
 
 	(void)req;
-	log_info("batch upload aborted by the client; nothing was written");
-	error_set(&err, 400, "client closed the connection");
+	error_set(&err, 499, "client closed the connection");
 	batch_fail(arg, &err);
+	/* After the cleanup: the line means the workspace is as it was. */
+	log_info("batch upload aborted by the client; nothing was written");
 }
 
 void

@@ -6,6 +6,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,23 +83,62 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	event_base_loopexit(agent.base, NULL);
 }
 
-/* The environment of commands: ours without the token. */
+/* The --run-as user's entry, read straight from /etc/passwd: a static
+ * binary has no NSS, and fgetpwent is a plain parser. NULL if absent. */
+static struct passwd *
+run_as_user(void)
+{
+	struct passwd *pw = NULL;
+	FILE *f;
+
+	if (!agent.drop_ids || (f = fopen("/etc/passwd", "re")) == NULL)
+		return NULL;
+	while ((pw = fgetpwent(f)) != NULL && pw->pw_uid != agent.uid)
+		;
+	fclose(f);
+	return pw;
+}
+
+static int
+env_is(const char *entry, const char *name)
+{
+	size_t len = strlen(name);
+
+	return strncmp(entry, name, len) == 0 && entry[len] == '=';
+}
+
+/* The environment of commands: ours without the token; with --run-as, the
+ * user's own HOME, USER and LOGNAME, so that tools writing caches or dot
+ * files (IPython, matplotlib, pip) do not trip over root's home. */
 static char **
 child_environment(const char *workspace)
 {
+	struct passwd *pw = run_as_user();
 	size_t n = 0, o = 0;
 	char **env;
 
+	if (agent.drop_ids && pw == NULL)
+		log_warn("--run-as: uid %u is not in /etc/passwd; commands keep "
+		    "HOME=%s", (unsigned)agent.uid, getenv("HOME") ?
+		    getenv("HOME") : "(unset)");
 	while (environ[n] != NULL)
 		n++;
-	env = xcalloc(n + 2, sizeof *env);
+	env = xcalloc(n + 5, sizeof *env);
 	for (size_t i = 0; i < n; i++) {
-		if (strncmp(environ[i], "SECRET_TOKEN=", 13) == 0 ||
-		    strncmp(environ[i], "PWD=", 4) == 0)
+		if (env_is(environ[i], "SECRET_TOKEN") ||
+		    env_is(environ[i], "PWD"))
+			continue;
+		if (pw != NULL && (env_is(environ[i], "HOME") ||
+		    env_is(environ[i], "USER") || env_is(environ[i], "LOGNAME")))
 			continue;
 		env[o++] = xstrdup(environ[i]);
 	}
 	env[o++] = xasprintf("PWD=%s", workspace);
+	if (pw != NULL) {
+		env[o++] = xasprintf("HOME=%s", pw->pw_dir);
+		env[o++] = xasprintf("USER=%s", pw->pw_name);
+		env[o++] = xasprintf("LOGNAME=%s", pw->pw_name);
+	}
 	env[o] = NULL;
 	return env;
 }
@@ -226,6 +266,8 @@ setup(int argc, char **argv)
 	spawn_init(agent.base);
 	git_routes_init(&agent);
 	mcp_init(&agent);
+	if (agent.cfg.prewarm_kernel)
+		kernel_prewarm(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;

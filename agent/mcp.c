@@ -7,7 +7,9 @@
  *     others are kept). A name already there is skipped unless overwrite;
  *     the old server then keeps serving until its successor is ready, and
  *     stays if the successor fails. Configs are checked before anything
- *     starts: a bad one is a 400 and starts nothing.
+ *     starts: a bad one is a 400 and starts nothing; the name of an enabled
+ *     native tool group is a 409. A server gets MCP_START_TIMEOUT seconds
+ *     (or its config's "timeout") to initialize and to list its tools.
  * GET /mcp/list_tools: asks every live server for its tools again (one
  *     whose listing fails keeps its last list) and answers them, native
  *     groups first, as {server: {tool: entry}}.
@@ -15,7 +17,9 @@
  *     native group or server (in the order they were added) that offers the
  *     tool runs it; the answer is its CallToolResult. A name nobody offers
  *     makes every server list its tools again before the 404, for tools a
- *     server added since.
+ *     server added since. No answer within "timeout" (MCP_CALL_TIMEOUT) is
+ *     a 504 and the server is told the call was cancelled, as it is when
+ *     the client goes away; a server that died is a 502.
  *
  * --mcp-config loads the same {"mcpServers": ...} at start, in the
  * background: a broken entry or a server that fails is logged, not fatal.
@@ -162,9 +166,7 @@ mcp_config_check(struct agent *agent, const char *name, json_t *cfg,
 		    "streamable_http, streamableHttp or sse", name);
 		return -1;
 	}
-	error_set(err, 400, "MCP server '%s': HTTP servers are not supported "
-	    "yet", name);
-	return -1;
+	return mcp_http_check(name, cfg, err);
 }
 
 /* Adding servers: a batch starts them all and ends when all have

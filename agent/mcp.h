@@ -7,7 +7,7 @@
  *                  own requests and notifications; knows no transport.
  *   mcp_stdio.c    a child process: newline-delimited JSON on its stdin and
  *   mcp_http.c     stdout, its stderr into our log; or streamable HTTP (and
- *                  the legacy HTTP+SSE transport).
+ *   mcp_sse.c      the legacy HTTP+SSE transport), with an event parser.
  *   mcp_server.c   one server: the initialize handshake, the tool list
  *                  (paginated), calls, what happens when it dies.
  *   mcp.c          the registry of servers and the /mcp routes.
@@ -18,6 +18,7 @@
 #ifndef MCP_H
 #define MCP_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -27,6 +28,7 @@
 
 struct agent;
 struct event_base;
+struct evbuffer;
 struct jsonrpc;
 struct mcp_server;
 
@@ -97,6 +99,30 @@ struct mcp_transport *mcp_stdio_start(struct mcp_server *srv, json_t *cfg,
     struct error *err);
 struct mcp_transport *mcp_http_start(struct mcp_server *srv, json_t *cfg,
     struct error *err);
+/* The HTTP part of mcp_config_check: url and headers. */
+int mcp_http_check(const char *name, json_t *cfg, struct error *err);
+
+/* mcp_sse.c: server-sent events, parsed as they arrive. */
+
+/* Part of its owner: sse_init, then sse_clear. */
+struct sse {
+	struct evbuffer *in;		/* bytes not yet split into lines */
+	size_t scanned;			/* of in, known to hold no '\n' */
+	struct evbuffer *data;		/* data lines of the event so far */
+	char event[32];			/* its type; "" is "message" */
+};
+
+/* An event: its type ("message" when none was given) and data. Returns
+ * nonzero to stop at once (the owner is being torn down). */
+typedef int (*sse_event_cb)(const char *type, const char *data, size_t len,
+    void *arg);
+
+void sse_init(struct sse *s);
+void sse_clear(struct sse *s);
+/* Feed bytes; cb runs for each complete event. 0, or -1 when an event
+ * grows past MCP_MESSAGE_MAX, or cb's nonzero answer. */
+int sse_feed(struct sse *s, const char *data, size_t len, sse_event_cb cb,
+    void *arg);
 
 /* mcp_server.c */
 

@@ -359,7 +359,8 @@ mcp_server_start(struct agent *agent, const char *name, json_t *cfg,
 	srv->started = started;
 	srv->started_arg = arg;
 	srv->rpc = jsonrpc_new(agent->base, name, &server_peer, srv);
-	srv->transport = mcp_stdio_start(srv, cfg, err);
+	srv->transport = mcp_config_is_http(cfg) ?
+	    mcp_http_start(srv, cfg, err) : mcp_stdio_start(srv, cfg, err);
 	if (srv->transport == NULL) {
 		error_prefix(err, "MCP server '%s'", name);
 		srv->gone = 1;

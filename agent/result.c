@@ -42,6 +42,8 @@ struct result_writer {
 	int in_text;
 	struct evbuffer **bufs;
 	const char *const *descs;
+	json_t *extra;		/* more content items, after the text ones */
+	size_t nextra;		/* of them written */
 	struct evbuffer *tmp;
 	void (*done)(void *);
 	void *arg;
@@ -54,6 +56,7 @@ writer_finish(struct result_writer *w)
 	void *arg = w->arg;
 
 	evbuffer_free(w->tmp);
+	json_decref(w->extra);
 	free(w);
 	done(arg);
 }
@@ -82,21 +85,31 @@ writer_text_piece(struct result_writer *w, struct evbuffer *buf)
 	evbuffer_drain(buf, keep);
 }
 
+static int
+dump_cb(const char *buffer, size_t size, void *data)
+{
+	return evbuffer_add(data, buffer, size);
+}
+
 static void
 writer_pump(struct http_request *req, void *arg)
 {
 	struct result_writer *w = arg;
 
 	while (http_reply_pending(req) < RESULT_HIGH) {
-		if (w->item == w->n) {
+		if (w->item == w->n && w->nextra < json_array_size(w->extra)) {
+			if (w->n > 0 || w->nextra > 0)
+				evbuffer_add(w->tmp, ",", 1);
+			json_dump_callback(json_array_get(w->extra, w->nextra++),
+			    dump_cb, w->tmp, JSON_COMPACT);
+		} else if (w->item == w->n) {
 			evbuffer_add_printf(w->tmp, "],\"isError\":%s}",
 			    w->is_error ? "true" : "false");
 			http_reply_write_buffer(req, w->tmp);
 			http_reply_end(req);
 			writer_finish(w);
 			return;
-		}
-		if (!w->in_text) {
+		} else if (!w->in_text) {
 			evbuffer_add_printf(w->tmp, "%s{\"type\":\"text\",\"text\":\"",
 			    w->item > 0 ? "," : "");
 			w->in_text = 1;
@@ -126,6 +139,15 @@ agent_tool_result_stream(struct http_request *req, int is_error, size_t n,
     struct evbuffer **bufs, const char *const *descriptions,
     void (*done)(void *arg), void *arg)
 {
+	agent_tool_result_stream_items(req, is_error, n, bufs, descriptions,
+	    NULL, done, arg);
+}
+
+void
+agent_tool_result_stream_items(struct http_request *req, int is_error,
+    size_t n, struct evbuffer **bufs, const char *const *descriptions,
+    json_t *extra, void (*done)(void *arg), void *arg)
+{
 	struct result_writer *w = xcalloc(1, sizeof *w);
 
 	w->req = req;
@@ -133,6 +155,7 @@ agent_tool_result_stream(struct http_request *req, int is_error, size_t n,
 	w->n = n;
 	w->bufs = bufs;
 	w->descs = descriptions;
+	w->extra = json_incref(extra);
 	w->tmp = evbuffer_new();
 	w->done = done;
 	w->arg = arg;

@@ -14,6 +14,7 @@
 static const struct http_route routes[] = {
 	{ GET, "/healthz", EXACT, 0, health_route, 0 },
 	{ POST, "/tools/run_shell_command", EXACT, 0, shell_route_run, 0 },
+	{ POST, "/tools/run_ipython_cell", EXACT, 0, ipython_route_run, 0 },
 	{ POST, "/watcher/commit_changes", EXACT, 0, git_route_commit, 0 },
 	{ POST, "/watcher/generate_diff", EXACT, 0, git_route_diff, 0 },
 	{ GET, "/watcher/git_logs", EXACT, 0, git_route_logs, 0 },

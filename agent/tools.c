@@ -22,6 +22,7 @@ static const struct {
 	const char *name;
 	const struct tool_group *(*group)(void);
 } known_groups[] = {
+	{ "filesystem", fstools_group },
 	{ NULL, NULL },
 };
 

@@ -201,13 +201,39 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	spawn_kill(sp, SIGKILL);
 }
 
+/* In the child: put the pass_fds at 3, 4, ... First each of them,
+ * and errfd, moves above that range, so that no dup2 into the range can
+ * close one still to be moved. */
+static int
+move_pass_fds(const struct spawn_options *o, int *errfd)
+{
+	int high[SPAWN_MAX_PASS_FDS], top = 3 + (int)o->npass_fds, moved;
+
+	if (o->npass_fds == 0)
+		return 0;
+	if (o->npass_fds > SPAWN_MAX_PASS_FDS) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((moved = fcntl(*errfd, F_DUPFD_CLOEXEC, top)) < 0)
+		return -1;
+	*errfd = moved;
+	for (size_t i = 0; i < o->npass_fds; i++)
+		if ((high[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, top)) < 0)
+			return -1;
+	for (size_t i = 0; i < o->npass_fds; i++)
+		if (dup2(high[i], 3 + (int)i) < 0)
+			return -1;
+	return 0;
+}
+
 /* In the child, between fork and exec: only async-signal-safe calls. On
  * failure, the errno goes to the parent through errfd. */
 static void __attribute__((noreturn))
 child_exec(const struct spawn_options *o, int fds[3], int errfd)
 {
 	sigset_t none;
-	int e;
+	int e, first;
 
 	if (o->new_group)
 		setpgid(0, 0);
@@ -215,6 +241,8 @@ child_exec(const struct spawn_options *o, int fds[3], int errfd)
 		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
 			goto fail;
 	}
+	if (move_pass_fds(o, &errfd) < 0)
+		goto fail;
 	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
 	 * into commands: "yes | head" needs SIGPIPE to end yes. */
 	for (int sig = 1; sig < NSIG; sig++)
@@ -229,8 +257,9 @@ child_exec(const struct spawn_options *o, int fds[3], int errfd)
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
-	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-		for (int fd = 3; fd < 1024; fd++)
+	first = 3 + (int)o->npass_fds;
+	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		for (int fd = first; fd < 1024; fd++)
 			if (fd != errfd)
 				close(fd);
 	}

@@ -39,7 +39,13 @@ struct spawn_options {
 	int set_ids;			/* drop to uid/gid before exec */
 	uid_t uid;
 	gid_t gid;
+	/* More descriptors for the child, as its 3, 4, ... (a private channel
+	 * besides stdio); the caller keeps and closes its own. */
+	const int *pass_fds;
+	size_t npass_fds;		/* at most SPAWN_MAX_PASS_FDS */
 };
+
+#define SPAWN_MAX_PASS_FDS 4
 
 struct spawn_callbacks {
 	/* A piece of captured output (stream 1 or 2). When NULL, output is

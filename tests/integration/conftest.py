@@ -16,10 +16,17 @@ import pytest
 import requests
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-AGENT_BIN = os.path.join(ROOT, "agent", "sandbox-agent")
-SANDBOXD_BIN = os.path.join(ROOT, "supervisor", "sandboxd")
+# SANDBOX_AGENT_BIN: another build of the agent (make integration-asan).
+AGENT_BIN = os.environ.get("SANDBOX_AGENT_BIN") or os.path.join(ROOT, "agent", "sandbox-agent")
+# SANDBOXD_BIN: another build of sandboxd (make integration-asan).
+SANDBOXD_BIN = os.environ.get("SANDBOXD_BIN") or os.path.join(ROOT, "supervisor", "sandboxd")
 # Debian's interpreter (with python3-ipython), not whatever is first on PATH.
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "memory: measures the agent's memory (left out under ASan)")
 
 
 def free_port():
@@ -75,7 +82,8 @@ class Agent:
         raise RuntimeError("agent did not become healthy: " + self.read_log())
 
     def read_log(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
@@ -99,14 +107,21 @@ class Agent:
         return r.json()
 
     def stop(self):
+        """SIGTERM, as a container runtime would; returns whether the
+        agent exited cleanly (status 0, which under ASan also means no
+        leak was found). An agent that already exited is the test's own
+        business."""
+        clean = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(10)
+                clean = self.proc.wait(10) == 0
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                clean = False
         self.log.close()
+        return clean
 
 
 def result_texts(result):
@@ -135,8 +150,10 @@ def start_agent(tmp_workspace):
         return a
 
     yield start
-    for a in started:
-        a.stop()
+    unclean = [a for a in started if not a.stop()]
+    if unclean:
+        pytest.fail("agent did not exit cleanly on SIGTERM (status %s):\n%s" % (
+            unclean[0].proc.returncode, unclean[0].read_log()[-4000:]))
 
 
 @pytest.fixture

@@ -201,6 +201,8 @@ class Sandboxd:
             self.log.close()
 
     def stop(self, timeout=300):
+        """SIGTERM; returns the exit status (0 is clean: under an ASan
+        build, also no memory error and no leak)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -210,6 +212,7 @@ class Sandboxd:
                 self.proc.wait()
         if not self.log.closed:
             self.log.close()
+        return self.proc.returncode
 
     def remove_leftovers(self):
         if self.instance is None:
@@ -232,12 +235,17 @@ def start_sandboxd(minimal_tag):
         return s
 
     yield start
+    unclean = []
     for s in started:
-        s.stop()
+        status = s.stop()
+        if status != 0:
+            unclean.append(f"sandboxd exited with {status}:\n"
+                           + s.read_log()[-4000:])
     for s in started:
         s.remove_leftovers()
     for s in started:
         shutil.rmtree(s.dir, ignore_errors=True)
+    assert not unclean, "\n".join(unclean)
 
 
 @pytest.fixture

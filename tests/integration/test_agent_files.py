@@ -196,6 +196,7 @@ def test_put_through_symlink_inside_writes_its_target(agent):
     assert read(os.path.join(agent.workspace, "real/target.txt")) == b"new"
 
 
+@pytest.mark.memory
 def test_huge_file_streams_both_ways_in_constant_memory(agent):
     """1 GiB up and down: the agent's peak memory grows by a few MiB."""
     block = 1024 * 1024

@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, SYSTEM_PYTHON, free_port
 
 NODE = "/usr/bin/node"
 MODULES = os.path.join(ROOT, "tests", "node_modules", "@modelcontextprotocol")
 EVERYTHING = os.path.join(MODULES, "server-everything", "dist", "index.js")
 FILESYSTEM = os.path.join(MODULES, "server-filesystem", "dist", "index.js")
+PEER = os.path.join(os.path.dirname(__file__), "scripted_mcp_peer.py")
 
 
 def everything(**extra):
@@ -390,3 +391,216 @@ def test_unknown_tool_group_is_a_start_error(tmp_workspace):
                        env=env, capture_output=True, text=True, timeout=10)
     assert p.returncode == 2
     assert "unknown tool group 'no-such-group'" in p.stderr
+
+
+# ---- HTTP transports ---------------------------------------------------
+
+class HttpServer:
+    """server-everything in one of its HTTP modes on a loopback port."""
+
+    def __init__(self, mode, tmpdir):
+        self.port = free_port()
+        self.log_path = os.path.join(tmpdir, f"everything-{mode}.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([NODE, EVERYTHING, mode],
+                                     env=dict(os.environ, PORT=str(self.port)),
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: f"{self.port}" in self.read_log() or self.proc.poll() is not None)
+        assert self.proc.poll() is None, self.read_log()
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    started = []
+
+    def start(mode):
+        s = HttpServer(mode, str(tmp_path))
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.mark.parametrize("kind", ["streamable_http", "streamableHttp"])
+def test_streamable_http_server(agent, http_server, kind):
+    srv = http_server("streamableHttp")
+    url = f"http://127.0.0.1:{srv.port}/mcp"
+    r = add(agent, {"remote": {"type": kind, "url": url}})
+    assert r.status_code == 200, r.text
+    tools = agent.get("/mcp/list_tools").json()
+    assert tools["remote"]["echo"]["json_schema"]["function"]["parameters"]["required"] == ["message"]
+    r = call(agent, "echo", {"message": "over http"})
+    assert r.json() == {"meta": None, "isError": False,
+                        "content": [{"type": "text", "text": "Echo: over http"}]}
+    assert text_of(call(agent, "get-sum", {"a": 20, "b": 22}).json()) == \
+        "The sum of 20 and 22 is 42."
+    r = call(agent, "get-sum", {"a": "x", "b": 1})
+    assert r.status_code == 200 and r.json()["isError"] is True
+    # One session, kept across calls (the server logs each one it opens).
+    assert srv.read_log().count("Session initialized with ID") == 1
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        fs = [ex.submit(call, agent, "echo", {"message": f"c{i}"}) for i in range(24)]
+        for i, f in enumerate(fs):
+            assert text_of(f.result().json()) == f"Echo: c{i}"
+    r = call(agent, "trigger-long-running-operation", {"duration": 20, "steps": 20},
+             timeout=1)
+    assert r.status_code == 504
+    # Replacing it ends its session on the server.
+    assert add(agent, {"remote": {"type": kind, "url": url}}, overwrite=True).status_code == 200
+    wait_for(lambda: "session termination request" in srv.read_log())
+    assert text_of(call(agent, "echo", {"message": "again"}).json()) == "Echo: again"
+
+
+def test_legacy_sse_server(agent, http_server):
+    srv = http_server("sse")
+    r = add(agent, {"old": {"type": "sse", "url": f"http://localhost:{srv.port}/sse"}})
+    assert r.status_code == 200, r.text
+    assert "echo" in agent.get("/mcp/list_tools").json()["old"]
+    assert text_of(call(agent, "echo", {"message": "sse"}).json()) == "Echo: sse"
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        fs = [ex.submit(call, agent, "get-sum", {"a": i, "b": i}) for i in range(16)]
+        for i, f in enumerate(fs):
+            assert text_of(f.result().json()) == f"The sum of {i} and {i} is {2 * i}."
+    srv.stop()
+    r = wait_for(lambda: (lambda r: [r] if r.status_code != 200 else None)(
+        call(agent, "echo", {"message": "x"})))[0]
+    assert r.status_code == 502 and "'old'" in r.json()["detail"]
+
+
+def test_http_server_that_is_not_there(agent):
+    r = add(agent, {"away": {"type": "streamable_http",
+                             "url": f"http://127.0.0.1:{free_port()}/mcp"}})
+    assert r.status_code == 500
+    assert "'away'" in r.json()["detail"] and "connect" in r.json()["detail"]
+    r = add(agent, {"away": {"type": "sse", "url": f"http://127.0.0.1:{free_port()}/sse"}})
+    assert r.status_code == 500 and "'away'" in r.json()["detail"]
+    assert agent.get("/healthz").text == "OK"
+
+
+def test_http_server_that_is_not_mcp(agent):
+    # The agent itself speaks HTTP but not MCP (and wants a token).
+    r = add(agent, {"notmcp": {"type": "streamable_http", "url": agent.url + "/healthz"}})
+    assert r.status_code == 500
+    assert "'notmcp'" in r.json()["detail"] and "HTTP 40" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("url,words", [
+    ("https://127.0.0.1:1/mcp", "https"),
+    ("ftp://127.0.0.1/mcp", "http://"),
+    ("http://example.com/mcp", "IP address"),
+    ("http://127.0.0.1:99999/mcp", "port"),
+    ("http://user:pw@127.0.0.1:1/mcp", "headers"),
+    ("http://127.0.0.1:1/a b", "percent-encoded"),
+    ("http:///mcp", "http://"),
+])
+def test_http_bad_urls(agent, url, words):
+    r = add(agent, {"x": {"type": "streamable_http", "url": url}})
+    assert r.status_code == 400, r.text
+    assert words in r.json()["detail"] and "'x'" in r.json()["detail"]
+
+
+def test_http_bad_headers(agent):
+    for headers in ([1], {"A": 1}, {"Bad:Name": "v"}, {"A": "line\nbreak"}):
+        r = add(agent, {"x": {"type": "streamable_http", "url": "http://127.0.0.1:1/mcp",
+                              "headers": headers}})
+        assert r.status_code == 400 and "headers" in r.json()["detail"], r.text
+
+
+# ---- protocol corners the npm servers never show (a scripted peer) -------
+
+def test_protocol_corners_with_a_scripted_peer(agent):
+    r = add(agent, {"peer": {"command": SYSTEM_PYTHON, "args": [PEER]}})
+    assert r.status_code == 200, r.text
+    # Its version (2025-03-26) was not the one offered, and is accepted.
+    assert "protocol 2025-03-26" in agent.read_log()
+    # Two pages of tools/list, followed by nextCursor.
+    assert sorted(agent.get("/mcp/list_tools").json()["peer"]) == \
+        ["add_more", "fast", "flood", "hang", "seen", "slow"]
+    # Its own requests were answered: ping with {}, the rest refused.
+    seen = json.loads(text_of(call(agent, "seen", {}).json()))
+    assert {"jsonrpc": "2.0", "id": "ping-1", "result": {}} in seen
+    refusal = next(m for m in seen if m.get("id") == "ask-1")
+    assert refusal["error"]["code"] == -32601
+    assert any(m.get("method") == "notifications/initialized" for m in seen)
+
+    # A slow call is answered after later fast ones (out of order, the
+    # fast ones in a batch with a notification).
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        slow = ex.submit(call, agent, "slow", {"n": 1})
+        k = 0
+        while not slow.done():
+            k += 1
+            assert text_of(call(agent, "fast", {"n": k}).json()) == f"fast {k}"
+        assert text_of(slow.result().json()) == "slow 1"
+
+    # The list changes while it runs.
+    assert text_of(call(agent, "add_more", {}).json()) == "added"
+    assert text_of(call(agent, "late", {}).json()) == "late one"
+    assert "late" in agent.get("/mcp/list_tools").json()["peer"]
+
+    # A call that never ends: 504, and the server is told it was cancelled.
+    r = call(agent, "hang", {}, timeout=0.5)
+    assert r.status_code == 504
+    seen = json.loads(text_of(call(agent, "seen", {}).json()))
+    cancels = [m for m in seen if m.get("method") == "notifications/cancelled"]
+    assert len(cancels) == 1 and isinstance(cancels[0]["params"]["requestId"], int)
+
+    # A line past the 64 MiB cap: the server is dropped, the agent lives.
+    r = call(agent, "flood", {})
+    assert r.status_code == 502 and "longer than" in r.json()["detail"]
+    assert agent.get("/healthz").text == "OK"
+    r = call(agent, "fast", {"n": 0})
+    assert r.status_code == 502 and "not running" in r.json()["detail"]
+
+
+# ---- native tool groups next to MCP servers ------------------------------
+
+def test_native_group_comes_first(start_agent, tmp_workspace):
+    a = start_agent("--tools", " filesystem,filesystem ")
+    other = os.path.join(os.path.dirname(tmp_workspace), "other")
+    os.mkdir(other)
+    with open(os.path.join(other, "o.txt"), "w") as f:
+        f.write("outside the workspace")
+    with open(os.path.join(tmp_workspace, "w.txt"), "w") as f:
+        f.write("inside")
+    # The MCP filesystem server may read "other"; the native group may not.
+    r = add(a, {"everything": everything(), "fs": filesystem(other)})
+    assert r.status_code == 200, r.text
+    tools = a.get("/mcp/list_tools").json()
+    assert list(tools) == ["filesystem", "everything", "fs"]
+    assert tools["filesystem"]["read_text_file"]["json_schema"]["function"]["name"] == \
+        "read_text_file"
+    assert set(tools["filesystem"]) == set(tools["fs"])
+    # Native first: the name both offer reaches the native tool.
+    r = call(a, "read_text_file", {"path": "w.txt"})
+    assert r.status_code == 200
+    res = r.json()
+    assert res["meta"] is None and res["isError"] is False
+    assert res["content"] == [{"type": "text", "text": "inside"}]
+    r = call(a, "read_text_file", {"path": os.path.join(other, "o.txt")})
+    assert r.status_code == 200 and r.json()["isError"] is True
+    assert "outside the workspace" not in text_of(r.json())
+    # Names only a server offers still reach it.
+    assert text_of(call(a, "echo", {"message": "m"}).json()) == "Echo: m"
+    # A group's name is not free for a server.
+    r = add(a, {"filesystem": everything()})
+    assert r.status_code == 409 and "native tool group" in r.json()["detail"]
+    # --tools filesystem without servers: only the group.
+    b = start_agent("--tools", "filesystem", workspace=tmp_workspace)
+    assert list(b.get("/mcp/list_tools").json()) == ["filesystem"]

@@ -115,6 +115,7 @@ def test_output_cap_adds_note(start_agent):
     assert texts["returncode"] == "0"
 
 
+@pytest.mark.memory
 def test_huge_output_does_not_grow_memory(agent):
     from conftest import rss_kib
     res = agent.shell("head -c 200000000 /dev/zero")
@@ -263,3 +264,17 @@ def test_sigterm_exits_cleanly(start_agent):
     a = start_agent()
     a.proc.send_signal(15)
     assert a.proc.wait(5) == 0
+
+
+def test_run_as_user_gets_its_own_home(start_agent, tmp_workspace):
+    """Commands run as the --run-as user see that user's HOME, USER and
+    LOGNAME (from /etc/passwd), not root's."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root, as the agent in a container has")
+    a = start_agent("--run-as", "65534:65534", env={"HOME": "/root", "USER": "root"})
+    out = result_texts(a.shell("id -u; echo $HOME $USER $LOGNAME"))["stdout"].split()
+    assert out == ["65534", "/nonexistent", "nobody", "nobody"]
+    # A uid with no passwd entry keeps the agent's HOME, with a warning.
+    b = start_agent("--run-as", "54321:54321", env={"HOME": "/tmp"})
+    assert result_texts(b.shell("echo $HOME"))["stdout"] == "/tmp\n"
+    assert "not in /etc/passwd" in b.read_log()

@@ -6,6 +6,7 @@ import io
 import os
 import time
 
+import pytest
 import requests
 
 from sandboxd_fixtures import minimal_tag, sandboxd, start_sandboxd  # noqa: F401
@@ -27,6 +28,7 @@ def json_body_chunks(total, command):
     yield b'"}'
 
 
+@pytest.mark.memory
 def test_large_upload_streams_through(sandboxd):
     s = sandboxd
     name = s.create()
@@ -53,6 +55,7 @@ def test_large_upload_streams_through(sandboxd):
     assert r.status_code == 413
 
 
+@pytest.mark.memory
 def test_one_gib_up_and_down_through_the_proxy(sandboxd):
     """The issue's figure: 1 GiB through /proxy/{id}/workspace/file both
     ways grows sandboxd's peak memory by a few MiB at most."""
@@ -107,6 +110,7 @@ def _hwm(s):
     return rss_kib(s.proc.pid, "VmHWM")
 
 
+@pytest.mark.memory
 def test_large_answer_to_a_slow_reader(sandboxd):
     s = sandboxd
     name = s.create()

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,52 @@ test_pipe_fds(void **state)
 	spawn_free(sp);
 }
 
+/* Read a pipe to its end as a string. */
+static void
+read_all(int fd, char *buf, size_t size)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < size - 1 && (n = read(fd, buf + got, size - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+}
+
+/* pass_fds land at 3, 4 in the order given (here the reverse of their
+ * numbers), and the child has no other descriptor of ours. */
+static void
+test_pass_fds(void **state)
+{
+	struct spawn_options o = sh_options(
+	    "echo first >&3; echo second >&4; exec 3>&- 4>&-; ls /proc/self/fd");
+	struct run r = { 0 };
+	struct spawn *sp;
+	int a[2], b[2], pass[2];
+	char buf[64];
+
+	(void)state;
+	assert_int_equal(pipe2(a, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(b, O_CLOEXEC), 0);
+	pass[0] = b[1] > a[1] ? b[1] : a[1];
+	pass[1] = b[1] > a[1] ? a[1] : b[1];
+	o.pass_fds = pass;
+	o.npass_fds = 2;
+	sp = run_to_exit(&o, &r);
+	close(a[1]);
+	close(b[1]);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	read_all(pass[0] == b[1] ? b[0] : a[0], buf, sizeof buf);
+	assert_string_equal(buf, "first\n");
+	read_all(pass[0] == b[1] ? a[0] : b[0], buf, sizeof buf);
+	assert_string_equal(buf, "second\n");
+	/* ls's own directory is 3 once the shell closed ours. */
+	assert_output(sp, 1, "0\n1\n2\n3\n");
+	close(a[0]);
+	close(b[0]);
+	spawn_free(sp);
+}
+
 static void
 test_free_kills_running_child(void **state)
 {
@@ -524,6 +571,7 @@ main(void)
 		cmocka_unit_test(test_stdin_dev_null),
 		cmocka_unit_test(test_default_signals_in_child),
 		cmocka_unit_test(test_pipe_fds),
+		cmocka_unit_test(test_pass_fds),
 		cmocka_unit_test(test_free_kills_running_child),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_reaper_reaps_orphans),

@@ -77,7 +77,7 @@ sbxd_image() {
 	fi
 }
 
-median() {
+sbxd_median() {
 	sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
@@ -113,8 +113,8 @@ sbxd_compare() {
 		done
 	done
 	for i in $(seq 0 $((npaths - 1))); do
-		p50s=$(tr ' ' '\n' <<<"${got50[$i]}" | grep . | median)
-		p99s=$(tr ' ' '\n' <<<"${got99[$i]}" | grep . | median)
+		p50s=$(tr ' ' '\n' <<<"${got50[$i]}" | grep . | sbxd_median)
+		p99s=$(tr ' ' '\n' <<<"${got99[$i]}" | grep . | sbxd_median)
 		if [ "$i" -eq 0 ]; then
 			direct=$p50s
 			row "${labels[i]}, direct to the agent" \

@@ -1,0 +1,214 @@
+/*
+ * The tools that change the workspace, edit_file aside: write_file,
+ * create_directory and move_file, with the npm server's semantics (write
+ * creates exclusively or replaces atomically keeping the mode; a move
+ * never overwrites) and Node's error texts.
+ */
+#include "fstools.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "xmalloc.h"
+
+static int
+write_all(int fd, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, data, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static json_t *
+success(char *text)
+{
+	json_t *result = fs_result_text(text, strlen(text));
+
+	free(text);
+	return result;
+}
+
+static void
+errno_msg(const struct workspace *ws, const struct fs_path *p, int e,
+    const char *syscall, char **msg)
+{
+	if (e == EXDEV || e == ELOOP)
+		*msg = fs_msg_symlink_out(ws, p->real);
+	else
+		*msg = fs_msg_errno(e, syscall, p->real, NULL);
+}
+
+/* A file this call created and could not fill goes again. */
+static void
+remove_new(const struct workspace *ws, const struct fs_path *p)
+{
+	const char *base;
+	int dirfd = fs_open_parent(ws, p->rel, &base);
+
+	if (dirfd >= 0) {
+		unlinkat(dirfd, base, 0);
+		close(dirfd);
+	}
+}
+
+/* Exclusive creation first, so that nothing is written through a link
+ * that exists; an existing file is replaced by a rename, keeping its
+ * permission bits. */
+json_t *
+fs_tool_write_file(const struct workspace *ws, json_t *args)
+{
+	const char *path = fs_arg_string(args, "path");
+	json_t *jcontent = json_object_get(args, "content");
+	const char *content = json_string_value(jcontent);
+	size_t len = json_string_length(jcontent);
+	struct fs_path p;
+	struct stat st;
+	char *msg = NULL;
+	int fd, e;
+
+	if (fs_path_resolve(ws, path, &p, &msg) < 0)
+		return fs_result_error_free(msg);
+	fd = fs_open(ws, p.rel, O_WRONLY | O_CREAT | O_EXCL, 0666);
+	if (fd >= 0) {
+		e = write_all(fd, content, len);
+		close(fd);
+		if (e != 0) {
+			msg = fs_msg_errno(e, "write", NULL, NULL);
+			remove_new(ws, &p);
+		}
+	} else if (errno != EEXIST) {
+		errno_msg(ws, &p, errno, "open", &msg);
+	} else if ((fd = fs_open_msg(ws, &p, O_PATH, "stat", &msg)) >= 0) {
+		e = fstat(fd, &st) < 0 ? errno : 0;
+		close(fd);
+		if (e != 0)
+			msg = fs_msg_errno(e, "stat", p.real, NULL);
+		else
+			fs_replace_file(ws, &p, content, len,
+			    (int)(st.st_mode & 0777), &msg);
+	}
+	fs_path_free(&p);
+	if (msg != NULL)
+		return fs_result_error_free(msg);
+	return success(xasprintf("Successfully wrote to %s", path));
+}
+
+/* mkdir -p one component at a time, each opened without following a
+ * link, so that a symlink swapped in cannot redirect it. */
+json_t *
+fs_tool_create_directory(const struct workspace *ws, json_t *args)
+{
+	const char *path = fs_arg_string(args, "path");
+	struct fs_path p;
+	char *msg = NULL, *rest;
+	int dirfd;
+
+	if (fs_path_resolve(ws, path, &p, &msg) < 0)
+		return fs_result_error_free(msg);
+	if ((dirfd = fs_open(ws, "", O_PATH | O_DIRECTORY, 0)) < 0)
+		msg = fs_msg_errno(errno, "mkdir", p.real, NULL);
+	rest = p.rel;
+	while (msg == NULL && *rest != '\0') {
+		char *slash = strchr(rest, '/');
+		int fd;
+
+		if (slash != NULL)
+			*slash = '\0';
+		if (mkdirat(dirfd, rest, 0777) < 0 && errno != EEXIST) {
+			msg = fs_msg_errno(errno, "mkdir", p.real, NULL);
+			break;
+		}
+		fd = openat(dirfd, rest, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+		    O_CLOEXEC);
+		if (fd < 0) {
+			int e = errno == ELOOP ? ENOTDIR : errno;
+
+			if (e == ENOTDIR && slash == NULL)
+				e = EEXIST;
+			msg = fs_msg_errno(e, "mkdir", p.real, NULL);
+			break;
+		}
+		close(dirfd);
+		dirfd = fd;
+		if (slash == NULL)
+			break;
+		*slash = '/';
+		rest = slash + 1;
+	}
+	if (dirfd >= 0)
+		close(dirfd);
+	fs_path_free(&p);
+	if (msg != NULL)
+		return fs_result_error_free(msg);
+	return success(xasprintf("Successfully created directory %s", path));
+}
+
+/* A filesystem without RENAME_NOREPLACE says EINVAL; the lstat before
+ * is then the only guard, as it is the npm server's. */
+static int
+rename_noreplace(int sdir, const char *sbase, int ddir, const char *dbase)
+{
+	if (renameat2(sdir, sbase, ddir, dbase, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -1;
+	return renameat(sdir, sbase, ddir, dbase);
+}
+
+/* Refuses to overwrite anything at the destination, as the server's
+ * moveFile does; RENAME_NOREPLACE closes the window its lstat leaves. */
+json_t *
+fs_tool_move_file(const struct workspace *ws, json_t *args)
+{
+	const char *source = fs_arg_string(args, "source");
+	const char *destination = fs_arg_string(args, "destination");
+	struct fs_path src, dst;
+	const char *sbase, *dbase;
+	char *msg = NULL;
+	int fd, sdir = -1, ddir = -1;
+
+	if (fs_path_resolve(ws, source, &src, &msg) < 0)
+		return fs_result_error_free(msg);
+	if (fs_path_resolve(ws, destination, &dst, &msg) < 0) {
+		fs_path_free(&src);
+		return fs_result_error_free(msg);
+	}
+	fd = fs_open(ws, dst.rel, O_PATH | O_NOFOLLOW, 0);
+	if (fd >= 0) {
+		close(fd);
+		msg = xasprintf("Destination already exists: %s", dst.real);
+	} else if (errno != ENOENT) {
+		errno_msg(ws, &dst, errno, "lstat", &msg);
+	} else if ((sdir = fs_open_parent(ws, src.rel, &sbase)) < 0 ||
+	    (ddir = fs_open_parent(ws, dst.rel, &dbase)) < 0 ||
+	    rename_noreplace(sdir, sbase, ddir, dbase) < 0) {
+		if (errno == EEXIST)
+			msg = xasprintf("Destination already exists: %s",
+			    dst.real);
+		else
+			msg = fs_msg_errno(errno, "rename", src.real, dst.real);
+	}
+	if (sdir >= 0)
+		close(sdir);
+	if (ddir >= 0)
+		close(ddir);
+	fs_path_free(&src);
+	fs_path_free(&dst);
+	if (msg != NULL)
+		return fs_result_error_free(msg);
+	return success(xasprintf("Successfully moved %s to %s", source,
+	    destination));
+}

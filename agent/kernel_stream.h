@@ -1,0 +1,45 @@
+/*
+ * One output stream (stdout or stderr) of the IPython kernel, cut into
+ * cells: at the end of each cell the kernel writes a marker into the
+ * stream, and what came before it is that cell's output. Private to
+ * kernel.c.
+ */
+#ifndef KERNEL_STREAM_H
+#define KERNEL_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MARKER_LEN 34		/* \x1e, 32 hex digits, \x1e */
+
+struct evbuffer;
+
+/* Embedded in struct kernel; its buffers live as long as it. */
+struct kernel_stream {
+	struct evbuffer *buf;	/* the running (or next) cell's output */
+	uint64_t dropped;	/* bytes of it over the cap */
+	struct evbuffer *spill;	/* after the running cell's marker */
+	uint64_t spill_dropped;
+	char carry[MARKER_LEN];	/* an end that may be the marker's start */
+	size_t ncarry;
+	int marked;		/* the running cell's marker came */
+};
+
+void kstream_init(struct kernel_stream *ks);
+/* Output read from the kernel; busy: a cell is running, so look for its
+ * marker. Each cell keeps at most cap bytes. 1 when the marker came now. */
+int kstream_feed(struct kernel_stream *ks, int busy, const char *marker,
+    const char *data, size_t len, size_t cap);
+/* The running cell's output, with a note if some was dropped; the stream
+ * moves on to the next cell. The caller owns the buffer. */
+struct evbuffer *kstream_take(struct kernel_stream *ks, const char *name,
+    size_t cap);
+/* Forget everything (a new kernel). */
+void kstream_reset(struct kernel_stream *ks);
+/* Up to max bytes of the end of the pending output, valid UTF-8 without
+ * its final newlines, for a message. Caller frees. */
+char *kstream_tail(struct kernel_stream *ks, size_t max);
+/* Append text to buf on a line of its own. */
+void kstream_note(struct evbuffer *buf, const char *text);
+
+#endif

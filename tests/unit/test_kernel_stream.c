@@ -1,0 +1,185 @@
+/*
+ * Cutting the kernel's output into cells at the end-of-cell marker, with
+ * the marker cut at every possible point between two reads. The module is
+ * the agent's (unit tests link only common/), so it is compiled in here.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "../../agent/kernel_stream.c"
+
+static const char marker[] = "\x1e" "0123456789abcdef0123456789abcdef" "\x1e";
+
+static char *
+take_text(struct kernel_stream *ks, size_t cap)
+{
+	struct evbuffer *buf = kstream_take(ks, "stdout", cap);
+	size_t len = evbuffer_get_length(buf);
+	char *text = xmalloc(len + 1);
+
+	evbuffer_remove(buf, text, len);
+	text[len] = '\0';
+	evbuffer_free(buf);
+	return text;
+}
+
+static void
+finish(struct kernel_stream *ks)
+{
+	evbuffer_free(ks->buf);
+	evbuffer_free(ks->spill);
+}
+
+static void
+test_marker_in_one_read(void **state)
+{
+	struct kernel_stream ks;
+	char data[256], *text;
+	int n;
+
+	(void)state;
+	assert_int_equal(MARKER_LEN, strlen(marker));
+	kstream_init(&ks);
+	n = snprintf(data, sizeof data, "hello\n%slater", marker);
+	assert_int_equal(kstream_feed(&ks, 1, marker, data, (size_t)n, 0), 1);
+	/* After the marker: the next cell's, even before this one is taken. */
+	assert_int_equal(kstream_feed(&ks, 1, marker, "+more", 5, 0), 0);
+	text = take_text(&ks, 0);
+	assert_string_equal(text, "hello\n");
+	free(text);
+	text = take_text(&ks, 0);
+	assert_string_equal(text, "later+more");
+	free(text);
+	finish(&ks);
+}
+
+static void
+test_marker_split_anywhere(void **state)
+{
+	char data[256];
+	int n;
+
+	(void)state;
+	n = snprintf(data, sizeof data, "out\x1e\x1e%sbg", marker);
+	for (int cut = 0; cut <= n; cut++) {
+		struct kernel_stream ks;
+		int hits;
+		char *text;
+
+		kstream_init(&ks);
+		hits = kstream_feed(&ks, 1, marker, data, (size_t)cut, 0);
+		hits += kstream_feed(&ks, 1, marker, data + cut,
+		    (size_t)(n - cut), 0);
+		assert_int_equal(hits, 1);
+		text = take_text(&ks, 0);
+		assert_string_equal(text, "out\x1e\x1e");
+		free(text);
+		text = take_text(&ks, 0);
+		assert_string_equal(text, "bg");
+		free(text);
+		finish(&ks);
+	}
+}
+
+static void
+test_byte_by_byte(void **state)
+{
+	struct kernel_stream ks;
+	char data[256], *text;
+	int n, hits = 0;
+
+	(void)state;
+	kstream_init(&ks);
+	n = snprintf(data, sizeof data, "a\x1e" "0123b%s", marker);
+	for (int i = 0; i < n; i++)
+		hits += kstream_feed(&ks, 1, marker, data + i, 1, 0);
+	assert_int_equal(hits, 1);
+	text = take_text(&ks, 0);
+	assert_string_equal(text, "a\x1e" "0123b");
+	free(text);
+	finish(&ks);
+}
+
+static void
+test_cap_drops_but_finds_marker(void **state)
+{
+	struct kernel_stream ks;
+	char big[5000], *text;
+
+	(void)state;
+	memset(big, 'x', sizeof big);
+	kstream_init(&ks);
+	assert_int_equal(kstream_feed(&ks, 1, marker, big, sizeof big, 100), 0);
+	assert_int_equal(kstream_feed(&ks, 1, marker, marker, MARKER_LEN, 100),
+	    1);
+	text = take_text(&ks, 100);
+	assert_memory_equal(text, big, 100);
+	assert_non_null(strstr(text, "[stdout truncated: 4900 bytes over the "
+	    "100-byte limit were dropped]\n"));
+	free(text);
+	finish(&ks);
+}
+
+static void
+test_no_marker_keeps_tail(void **state)
+{
+	struct kernel_stream ks;
+	char *text;
+
+	(void)state;
+	kstream_init(&ks);
+	/* Idle output waits for the next cell. */
+	kstream_feed(&ks, 0, marker, "bg;", 3, 0);
+	/* A kernel that died mid-cell: what looked like a marker's start
+	 * was output after all. */
+	kstream_feed(&ks, 1, marker, "dying\x1e" "01", 8, 0);
+	text = take_text(&ks, 0);
+	assert_string_equal(text, "bg;dying\x1e" "01");
+	free(text);
+	kstream_feed(&ks, 1, marker, "x", 1, 0);
+	kstream_reset(&ks);
+	text = take_text(&ks, 0);
+	assert_string_equal(text, "");
+	free(text);
+	finish(&ks);
+}
+
+static void
+test_tail_for_messages(void **state)
+{
+	struct kernel_stream ks;
+	char *text;
+
+	(void)state;
+	kstream_init(&ks);
+	kstream_feed(&ks, 0, marker, "Traceback\nImportError: \xff no\n\n", 29,
+	    0);
+	text = kstream_tail(&ks, 14);
+	assert_string_equal(text, "tError: \xef\xbf\xbd no");
+	free(text);
+	finish(&ks);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_marker_in_one_read),
+		cmocka_unit_test(test_marker_split_anywhere),
+		cmocka_unit_test(test_byte_by_byte),
+		cmocka_unit_test(test_cap_drops_but_finds_marker),
+		cmocka_unit_test(test_no_marker_keeps_tail),
+		cmocka_unit_test(test_tail_for_messages),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
