@@ -34,7 +34,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
 .PHONY: all deps test unit unit-asan integration integration-asan images bench clean
 
-SUPERVISOR_TARGET := $(if $(SUPERVISOR_SRC),supervisor/sandboxd)
+SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
 all: agent/sandbox-agent $(SUPERVISOR_TARGET) $(BUILD)/httpc
 
@@ -94,6 +94,28 @@ $(BUILD)/unit-asan/%: tests/unit/%.c $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(SAN_FLAGS) -o $@ $< $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
 
+# tests/unit/test_sandboxd_*.c also link sandboxd's modules, from an archive
+# so each test pulls in only the objects it uses.
+SUPERVISOR_LIB_SRC := $(filter-out supervisor/main.c,$(SUPERVISOR_SRC))
+SUPERVISOR_LIB := $(BUILD)/libsandboxd.a
+SUPERVISOR_ASAN_LIB := $(BUILD)/asan/libsandboxd.a
+
+$(SUPERVISOR_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS)
+
+$(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
@@ -102,7 +124,7 @@ unit-asan: $(UNIT_ASAN_BIN)
 		ASAN_OPTIONS=detect_leaks=1 $$t; done
 
 integration: all
-	tools/run-integration
+	tools/with-dockerd tools/run-integration
 
 # The agent's integration tests once more against an ASan/UBSan build of
 # the agent (dynamically linked: the sanitizers need it), so that memory
@@ -117,10 +139,24 @@ $(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) -o $@ $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
 
-integration-asan: $(AGENT_ASAN)
+# sandboxd's tests likewise against an ASan/UBSan sandboxd (the fixtures
+# require every sandboxd to exit 0 on SIGTERM: no error, no leak).
+SANDBOXD_ASAN := $(BUILD)/asan-sandboxd/sandboxd
+SANDBOXD_ASAN_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/asan/%.o)
+.SECONDARY: $(SANDBOXD_ASAN_OBJ)
+
+$(SANDBOXD_ASAN): $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) -o $@ $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(SUPERVISOR_LIBS)
+
+integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py))
+	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
+		tools/with-dockerd tools/run-integration -m "not memory" \
+		$(sort $(wildcard tests/integration/test_sandboxd_*.py)))
 
 test: all unit unit-asan integration integration-asan
 

@@ -18,7 +18,8 @@ import requests
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # SANDBOX_AGENT_BIN: another build of the agent (make integration-asan).
 AGENT_BIN = os.environ.get("SANDBOX_AGENT_BIN") or os.path.join(ROOT, "agent", "sandbox-agent")
-SANDBOXD_BIN = os.path.join(ROOT, "supervisor", "sandboxd")
+# SANDBOXD_BIN: another build of sandboxd (make integration-asan).
+SANDBOXD_BIN = os.environ.get("SANDBOXD_BIN") or os.path.join(ROOT, "supervisor", "sandboxd")
 # Debian's interpreter (with python3-ipython), not whatever is first on PATH.
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -1,0 +1,248 @@
+/*
+ * Calls from sandboxd to a sandbox's agent, over its unix socket with its
+ * token: small JSON exchanges (list_tools, check_health's cousins) and the
+ * relay that answers a spec RPC with the agent's own answer wrapped in
+ * {"data": ...}, streamed through without parsing, so a 16 MiB command
+ * output costs neither a parse nor a copy of the whole.
+ */
+#include "sandboxd.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+
+#include "http_client.h"
+#include "log.h"
+#include "xmalloc.h"
+
+#define RELAY_HIGH_WATER (1024 * 1024)
+#define ERROR_BODY_MAX (64 * 1024)
+
+/* One agent_call_json in flight; holds a reference to sb. */
+struct json_call {
+	struct sandbox *sb;
+	agent_json_cb done;
+	void *arg;
+};
+
+/* One relay in flight. Freed once the reply is finished and the agent's
+ * request is over (done or cancelled). */
+struct relay {
+	struct http_request *req;
+	struct http_client_request *up;
+	char *what;
+	char *sb_name;
+	int streaming;
+	int status;
+	struct evbuffer *buf;	/* the body of an answer we do not stream */
+};
+
+static void
+json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
+{
+	struct json_call *c = arg;
+
+	c->done(c->sb, status, answer, err, c->arg);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
+void
+agent_call_json(struct sandbox *sb, const char *method, const char *target,
+    json_t *body, double timeout, agent_json_cb done, void *arg)
+{
+	struct json_call *c = xcalloc(1, sizeof *c);
+	char *auth = xasprintf("Authorization: Bearer %s", sb->token);
+	const char *headers[] = { auth, NULL };
+	struct error err;
+
+	c->sb = sb;
+	c->done = done;
+	c->arg = arg;
+	sandbox_ref(sb);
+	if (http_client_json(sd.base, sb->agent_addr, method, target, headers,
+	    body, timeout, json_call_cb, c, &err) == NULL) {
+		done(sb, 0, NULL, &err, arg);
+		sandbox_unref(sb);
+		free(c);
+	}
+	explicit_bzero(auth, strlen(auth));
+	free(auth);
+}
+
+static void
+relay_free(struct relay *rl)
+{
+	free(rl->what);
+	free(rl->sb_name);
+	if (rl->buf != NULL)
+		evbuffer_free(rl->buf);
+	free(rl);
+}
+
+/* The agent's complaint, as its {"detail": ...} or its text. */
+static void
+agent_error(struct relay *rl, struct error *err)
+{
+	size_t len = evbuffer_get_length(rl->buf);
+	const char *text = (const char *)evbuffer_pullup(rl->buf, -1);
+	json_t *j = len > 0 ? json_loadb(text, len, 0, NULL) : NULL;
+	const char *detail = json_string_value(json_object_get(j, "detail"));
+	int status = rl->status;
+
+	/* The agent refusing our token, or failing itself, is not the
+	 * client's fault. */
+	if (status < 400 || status == 401 || status == 403 || status >= 500)
+		status = 502;
+	if (detail != NULL)
+		error_set(err, status, "the agent of %s answered HTTP %d: %s",
+		    rl->sb_name, rl->status, detail);
+	else
+		error_set(err, status, "the agent of %s answered HTTP %d: %.*s",
+		    rl->sb_name, rl->status, (int)(len > 200 ? 200 : len),
+		    len > 0 ? text : "");
+	json_decref(j);
+}
+
+static void
+relay_head_cb(struct http_client_request *r, int status, void *arg)
+{
+	struct relay *rl = arg;
+	const char *ct = http_client_header(r, "Content-Type");
+	const char *cl = http_client_header(r, "Content-Length");
+	int64_t len = -1;
+
+	rl->status = status;
+	if (status != 200 || ct == NULL ||
+	    strncasecmp(ct, "application/json", 16) != 0)
+		return;
+	rl->streaming = 1;
+	if (cl != NULL) {
+		char *end;
+		long long n = strtoll(cl, &end, 10);
+
+		if (*end == '\0' && n >= 0)
+			len = (int64_t)n + 9;
+	}
+	http_reply_start(rl->req, 200, "application/json", len);
+	http_reply_write(rl->req, "{\"data\":", 8);
+}
+
+static void
+relay_drain_cb(struct http_request *req, void *arg)
+{
+	struct relay *rl = arg;
+
+	(void)req;
+	if (rl->up != NULL && http_reply_pending(rl->req) < RELAY_HIGH_WATER / 2)
+		http_client_resume(rl->up);
+}
+
+static void
+relay_body_cb(struct http_client_request *r, const char *data, size_t len,
+    void *arg)
+{
+	struct relay *rl = arg;
+
+	if (rl->streaming) {
+		http_reply_write(rl->req, data, len);
+		if (http_reply_pending(rl->req) > RELAY_HIGH_WATER)
+			http_client_pause(r);
+		return;
+	}
+	if (evbuffer_get_length(rl->buf) + len <= ERROR_BODY_MAX)
+		evbuffer_add(rl->buf, data, len);
+}
+
+static void
+relay_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg)
+{
+	struct relay *rl = arg;
+	struct error e;
+
+	(void)r;
+	rl->up = NULL;
+	if (rl->streaming) {
+		if (err != NULL) {
+			http_reply_abort(rl->req);
+		} else {
+			http_reply_write(rl->req, "}", 1);
+			http_reply_end(rl->req);
+		}
+	} else if (err != NULL) {
+		e = *err;
+		error_prefix(&e, "the agent of %s", rl->sb_name);
+		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+	} else if (rl->status == 200) {
+		size_t len = evbuffer_get_length(rl->buf);
+		json_t *text = json_stringn((const char *)
+		    evbuffer_pullup(rl->buf, -1), len);
+
+		http_reply_json(rl->req, 200, json_pack("{s:o}", "data",
+		    text != NULL ? text : json_string("")));
+	} else {
+		agent_error(rl, &e);
+		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+	}
+	relay_free(rl);
+}
+
+static void
+relay_close_cb(struct http_request *req, void *arg)
+{
+	struct relay *rl = arg;
+
+	if (rl->up != NULL)
+		http_client_cancel(rl->up);
+	rl->up = NULL;
+	/* The client is gone: this reply only frees the request. */
+	if (rl->streaming)
+		http_reply_end(req);
+	else
+		http_reply_empty(req, 499);
+	relay_free(rl);
+}
+
+void
+agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
+    json_t *body, const char *what)
+{
+	struct http_client_options opts = { 0 };
+	struct http_client_callbacks cb = { 0 };
+	struct relay *rl = xcalloc(1, sizeof *rl);
+	char *auth = xasprintf("Authorization: Bearer %s", sb->token);
+	const char *headers[] = { auth, "Content-Type: application/json",
+	    NULL };
+	char *text = json_dumps(body, JSON_COMPACT);
+	struct error err;
+
+	rl->req = req;
+	rl->what = xstrdup(what);
+	rl->sb_name = xstrdup(sb->name);
+	rl->buf = evbuffer_new();
+	opts.addr = sb->agent_addr;
+	opts.method = "POST";
+	opts.target = target;
+	opts.headers = headers;
+	opts.body = text;
+	opts.body_len = strlen(text);
+	opts.timeout = sd.cfg.proxy_timeout;
+	cb.on_head = relay_head_cb;
+	cb.on_body = relay_body_cb;
+	cb.on_done = relay_done_cb;
+	rl->up = http_client_start(sd.base, &opts, &cb, rl, &err);
+	explicit_bzero(auth, strlen(auth));
+	free(auth);
+	free(text);
+	if (rl->up == NULL) {
+		sandboxd_reply_rpc_error(req, what, &err);
+		relay_free(rl);
+		return;
+	}
+	http_request_on_close(req, relay_close_cb, rl);
+	http_request_on_drain(req, relay_drain_cb, rl);
+}

@@ -1,0 +1,630 @@
+/*
+ * The AgentScope manager routes (spec section 2): one route per manager
+ * method, keyword arguments as a JSON object (or query parameters for GET),
+ * every answer {"data": result}. Failures answer {"detail": "Error in
+ * <method>: ..."} with the status the failure implies (400 bad input, 404
+ * unknown identity, 409 wrong state, 502/504 Docker or agent trouble, 500
+ * only for our own faults); the reference answers 500 for all of them, and
+ * its SDK treats every non-2xx alike. create and create_from_pool answer
+ * {"data": null, "detail": why} when no sandbox can be had, as the spec says.
+ */
+#include "sandboxd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "backend.h"
+#include "json_util.h"
+#include "log.h"
+#include "xmalloc.h"
+
+#define CHECK_HEALTH_TIMEOUT 5.0
+#define LIST_TOOLS_TIMEOUT 30.0
+
+/* A request waiting for an asynchronous step; freed when it answers. */
+struct rpc {
+	struct http_request *req;
+	const char *what;		/* the method name, static */
+	json_t *args;
+	size_t pending;			/* cleanup: releases outstanding */
+	const char *tool_type;		/* list_tools: borrowed from args */
+};
+
+void
+sandboxd_reply_rpc_error(struct http_request *req, const char *what,
+    const struct error *err)
+{
+	struct error e = *err;
+
+	error_prefix(&e, "Error in %s", what);
+	http_reply_err(req, &e);
+}
+
+static void
+reply_data(struct http_request *req, json_t *data)
+{
+	http_reply_json(req, 200, json_pack("{s:o}", "data", data));
+}
+
+static struct rpc *
+rpc_new(struct http_request *req, const char *what, json_t *args)
+{
+	struct rpc *r = xcalloc(1, sizeof *r);
+
+	r->req = req;
+	r->what = what;
+	r->args = json_incref(args);
+	return r;
+}
+
+static void
+rpc_free(struct rpc *r)
+{
+	json_decref(r->args);
+	free(r);
+}
+
+/* The method's arguments: the JSON body of a POST (empty: none), the query
+ * parameters of a GET. New reference, or NULL after answering 400. */
+static json_t *
+rpc_args(struct http_request *req, const char *what)
+{
+	struct error err;
+	json_t *args;
+
+	if (http_request_method(req) == HTTP_METHOD_GET) {
+		static const char *const keys[] = { "identity",
+		    "session_ctx_id", "tool_type", "sandbox_type" };
+
+		args = json_object();
+		for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+			const char *v = http_request_query(req, keys[i]);
+
+			if (v != NULL)
+				json_object_set_new(args, keys[i], json_string(v));
+		}
+		return args;
+	}
+	if (evbuffer_get_length(http_request_body(req)) == 0)
+		return json_object();
+	args = http_request_json(req, &err);
+	if (args == NULL)
+		sandboxd_reply_rpc_error(req, what, &err);
+	return args;
+}
+
+/* The sandbox named by args.identity; NULL after answering 400 / 404. */
+static struct sandbox *
+rpc_sandbox(struct http_request *req, const char *what, json_t *args)
+{
+	const char *identity;
+	struct sandbox *sb;
+	struct error err;
+
+	if (json_get_string(args, "identity", 1, &identity, &err) < 0) {
+		sandboxd_reply_rpc_error(req, what, &err);
+		return NULL;
+	}
+	sb = sandbox_find(identity);
+	if (sb == NULL) {
+		error_set(&err, 404, "no sandbox %s", identity);
+		sandboxd_reply_rpc_error(req, what, &err);
+		return NULL;
+	}
+	sessions_touch_sandbox(sb);
+	return sb;
+}
+
+static void
+route_health(struct http_request *req, void *arg)
+{
+	(void)arg;
+	http_reply_json(req, 200, json_pack("{s:s,s:s}", "status", "healthy",
+	    "version", VERSION));
+}
+
+int
+api_parse_create(json_t *args, struct create_request *creq,
+    const char *type_key, struct error *err)
+{
+	const char *type_name, *session = NULL;
+	json_t *meta;
+
+	memset(creq, 0, sizeof *creq);
+	if (json_get_string(args, type_key, 0, &type_name, err) < 0 ||
+	    json_get_string(args, "mount_dir", 0, &creq->mount_dir, err) < 0 ||
+	    json_get_string(args, "storage_path", 0, &creq->storage_path,
+	    err) < 0 ||
+	    json_get_object(args, "environment", 0, &creq->environment,
+	    err) < 0 ||
+	    json_get_object(args, "meta", 0, &meta, err) < 0)
+		return -1;
+	if (type_name == NULL)
+		type_name = sd.cfg.pool_types.v[0];
+	creq->type = types_find(type_name);
+	if (creq->type == NULL) {
+		error_set(err, 400, "unknown sandbox type '%s'", type_name);
+		return -1;
+	}
+	if (meta != NULL) {
+		if (json_get_string(meta, "session_ctx_id", 0, &session,
+		    err) < 0) {
+			error_prefix(err, "meta");
+			return -1;
+		}
+		creq->meta = meta;
+	}
+	creq->session = session;
+	return 0;
+}
+
+/* create, create_from_pool: a name, or null with the reason. */
+static void
+reply_created(struct http_request *req, struct sandbox *sb,
+    const struct error *err)
+{
+	if (err != NULL) {
+		http_reply_json(req, 200, json_pack("{s:n,s:s}", "data",
+		    "detail", err->msg));
+		return;
+	}
+	reply_data(req, json_string(sb->name));
+}
+
+static void
+created_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	reply_created(arg, sb, err);
+}
+
+static void
+create_common(struct http_request *req, const char *what, int from_pool)
+{
+	struct create_request creq;
+	struct sandbox *sb;
+	struct error err;
+	json_t *args;
+
+	if ((args = rpc_args(req, what)) == NULL)
+		return;
+	if (api_parse_create(args, &creq, "sandbox_type", &err) < 0) {
+		sandboxd_reply_rpc_error(req, what, &err);
+		json_decref(args);
+		return;
+	}
+	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
+	    creq.environment == NULL &&
+	    (sb = pool_take(creq.type)) != NULL) {
+		if (creq.meta != NULL)
+			json_object_update(sb->meta, creq.meta);
+		sessions_bind(sb, creq.session);
+		reply_data(req, json_string(sb->name));
+		json_decref(args);
+		return;
+	}
+	if (lifecycle_create(&creq, created_cb, req, &err) == NULL) {
+		if (err.status == 503)
+			reply_created(req, NULL, &err);
+		else
+			sandboxd_reply_rpc_error(req, what, &err);
+	}
+	json_decref(args);
+}
+
+static void
+route_create_from_pool(struct http_request *req, void *arg)
+{
+	(void)arg;
+	create_common(req, "create_from_pool", 1);
+}
+
+static void
+route_create(struct http_request *req, void *arg)
+{
+	(void)arg;
+	create_common(req, "create", 0);
+}
+
+static void
+bool_done_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct rpc *r = arg;
+
+	(void)sb;
+	if (err != NULL && err->status != 409)
+		http_reply_json(r->req, 200, json_pack("{s:b,s:s}", "data", 0,
+		    "detail", err->msg));
+	else if (err != NULL)
+		sandboxd_reply_rpc_error(r->req, r->what, err);
+	else
+		reply_data(r->req, json_true());
+	rpc_free(r);
+}
+
+typedef void (*lifecycle_fn)(struct sandbox *, sandbox_done_cb, void *);
+
+static void
+bool_method(struct http_request *req, const char *what, lifecycle_fn fn)
+{
+	struct sandbox *sb;
+	json_t *args;
+
+	if ((args = rpc_args(req, what)) == NULL)
+		return;
+	if ((sb = rpc_sandbox(req, what, args)) != NULL)
+		fn(sb, bool_done_cb, rpc_new(req, what, args));
+	json_decref(args);
+}
+
+static void
+route_release(struct http_request *req, void *arg)
+{
+	(void)arg;
+	bool_method(req, "release", lifecycle_release);
+}
+
+static void
+route_start(struct http_request *req, void *arg)
+{
+	(void)arg;
+	bool_method(req, "start", lifecycle_start);
+}
+
+static void
+route_stop(struct http_request *req, void *arg)
+{
+	(void)arg;
+	bool_method(req, "stop", lifecycle_stop);
+}
+
+static void
+status_cb(const char *status, int exit_code, const struct error *err,
+    void *arg)
+{
+	struct rpc *r = arg;
+
+	(void)exit_code;
+	if (err != NULL && err->status == 404)
+		reply_data(r->req, json_string("removed"));
+	else if (err != NULL)
+		sandboxd_reply_rpc_error(r->req, r->what, err);
+	else
+		reply_data(r->req, json_string(status != NULL ? status : "unknown"));
+	rpc_free(r);
+}
+
+static void
+route_get_status(struct http_request *req, void *arg)
+{
+	struct sandbox *sb;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "get_status")) == NULL)
+		return;
+	sb = rpc_sandbox(req, "get_status", args);
+	if (sb != NULL && (sb->state == SB_RELEASED || sb->container_id == NULL))
+		reply_data(req, json_string(sb->state == SB_RELEASED ?
+		    "released" : "creating"));
+	else if (sb != NULL)
+		sd.backend->ops->status(sd.backend, sb->container_id, status_cb,
+		    rpc_new(req, "get_status", args));
+	json_decref(args);
+}
+
+static void
+route_get_info(struct http_request *req, void *arg)
+{
+	struct sandbox *sb;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "get_info")) == NULL)
+		return;
+	if ((sb = rpc_sandbox(req, "get_info", args)) != NULL)
+		reply_data(req, sandbox_model(sb));
+	json_decref(args);
+}
+
+static void
+health_cb(struct sandbox *sb, int ok, const char *why, void *arg)
+{
+	struct rpc *r = arg;
+
+	(void)why;
+	(void)sb;
+	reply_data(r->req, json_boolean(ok));
+	rpc_free(r);
+}
+
+static void
+route_check_health(struct http_request *req, void *arg)
+{
+	struct sandbox *sb;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "check_health")) == NULL)
+		return;
+	sb = rpc_sandbox(req, "check_health", args);
+	if (sb != NULL && (sb->state == SB_RELEASED ||
+	    sb->state == SB_RELEASING || sb->state == SB_STOPPED ||
+	    sb->state == SB_CREATING))
+		reply_data(req, json_false());
+	else if (sb != NULL)
+		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
+		    rpc_new(req, "check_health", args));
+	json_decref(args);
+}
+
+static json_t *
+generic_tool(const char *name, const char *description, const char *param,
+    const char *param_description)
+{
+	return json_pack("{s:s,s:{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}}}",
+	    "name", name, "json_schema", "type", "function", "function",
+	    "name", name, "description", description, "parameters",
+	    "type", "object", "properties", param, "type", "string",
+	    "description", param_description, "required", param);
+}
+
+static json_t *
+generic_tools(void)
+{
+	json_t *g = json_object();
+
+	json_object_set_new(g, "run_ipython_cell", generic_tool(
+	    "run_ipython_cell", "Run an IPython cell.", "code",
+	    "IPython code to execute"));
+	json_object_set_new(g, "run_shell_command", generic_tool(
+	    "run_shell_command", "Run a shell command.", "command",
+	    "Shell command to execute"));
+	return g;
+}
+
+static void
+tools_cb(struct sandbox *sb, int status, json_t *answer,
+    const struct error *err, void *arg)
+{
+	struct rpc *r = arg;
+	json_t *tools;
+	struct error e;
+
+	(void)sb;
+	if (err != NULL) {
+		sandboxd_reply_rpc_error(r->req, r->what, err);
+		rpc_free(r);
+		return;
+	}
+	/* An agent without MCP (the minimal image) offers the generic
+	 * tools only. */
+	if (status == 404 || (status == 200 && json_is_object(answer))) {
+		tools = status == 200 ? json_deep_copy(answer) : json_object();
+	} else {
+		error_set(&e, 502, "the agent answered HTTP %d to "
+		    "/mcp/list_tools", status);
+		sandboxd_reply_rpc_error(r->req, r->what, &e);
+		rpc_free(r);
+		return;
+	}
+	json_object_set_new(tools, "generic", generic_tools());
+	if (r->tool_type != NULL) {
+		json_t *group = json_object_get(tools, r->tool_type);
+
+		group = group != NULL ? json_incref(group) : json_object();
+		json_decref(tools);
+		tools = json_pack("{s:o}", r->tool_type, group);
+	}
+	reply_data(r->req, tools);
+	rpc_free(r);
+}
+
+static void
+route_list_tools(struct http_request *req, void *arg)
+{
+	struct sandbox *sb;
+	struct error err;
+	struct rpc *r;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "list_tools")) == NULL)
+		return;
+	if ((sb = rpc_sandbox(req, "list_tools", args)) == NULL) {
+		json_decref(args);
+		return;
+	}
+	r = rpc_new(req, "list_tools", args);
+	json_decref(args);
+	if (json_get_string(r->args, "tool_type", 0, &r->tool_type, &err) < 0) {
+		sandboxd_reply_rpc_error(req, "list_tools", &err);
+		rpc_free(r);
+		return;
+	}
+	agent_call_json(sb, "GET", "/mcp/list_tools", NULL, LIST_TOOLS_TIMEOUT,
+	    tools_cb, r);
+}
+
+static int
+usable(struct http_request *req, const char *what, struct sandbox *sb)
+{
+	struct error err;
+
+	if (sb->state == SB_WARM || sb->state == SB_RUNNING ||
+	    sb->state == SB_UNHEALTHY)
+		return 1;
+	error_set(&err, 409, "sandbox %s is %s", sb->name,
+	    sandbox_state_name(sb->state));
+	sandboxd_reply_rpc_error(req, what, &err);
+	return 0;
+}
+
+static void
+route_call_tool(struct http_request *req, void *arg)
+{
+	const char *tool;
+	struct sandbox *sb;
+	struct error err;
+	json_t *args, *arguments, *body;
+	char *target;
+
+	(void)arg;
+	if ((args = rpc_args(req, "call_tool")) == NULL)
+		return;
+	if ((sb = rpc_sandbox(req, "call_tool", args)) == NULL ||
+	    !usable(req, "call_tool", sb))
+		goto out;
+	if (json_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
+	    json_get_object(args, "arguments", 0, &arguments, &err) < 0) {
+		sandboxd_reply_rpc_error(req, "call_tool", &err);
+		goto out;
+	}
+	if (strcmp(tool, "run_shell_command") == 0 ||
+	    strcmp(tool, "run_ipython_cell") == 0) {
+		target = xasprintf("/tools/%s", tool);
+		body = arguments != NULL ? json_incref(arguments) : json_object();
+	} else {
+		target = xstrdup("/mcp/call_tool");
+		body = json_pack("{s:s,s:o}", "tool_name", tool, "arguments",
+		    arguments != NULL ? json_incref(arguments) : json_object());
+	}
+	agent_relay(req, sb, target, body, "call_tool");
+	free(target);
+	json_decref(body);
+out:
+	json_decref(args);
+}
+
+static void
+route_add_mcp_servers(struct http_request *req, void *arg)
+{
+	struct sandbox *sb;
+	struct error err;
+	json_t *args, *configs, *body;
+	int overwrite;
+
+	(void)arg;
+	if ((args = rpc_args(req, "add_mcp_servers")) == NULL)
+		return;
+	if ((sb = rpc_sandbox(req, "add_mcp_servers", args)) == NULL ||
+	    !usable(req, "add_mcp_servers", sb))
+		goto out;
+	if (json_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
+	    json_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {
+		sandboxd_reply_rpc_error(req, "add_mcp_servers", &err);
+		goto out;
+	}
+	body = json_pack("{s:O,s:b}", "server_configs", configs, "overwrite",
+	    overwrite);
+	agent_relay(req, sb, "/mcp/add_servers", body, "add_mcp_servers");
+	json_decref(body);
+out:
+	json_decref(args);
+}
+
+static void
+route_get_session_mapping(struct http_request *req, void *arg)
+{
+	const char *session;
+	struct error err;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "get_session_mapping")) == NULL)
+		return;
+	if (json_get_string(args, "session_ctx_id", 1, &session, &err) < 0) {
+		sandboxd_reply_rpc_error(req, "get_session_mapping", &err);
+	} else {
+		json_t *names = sessions_mapping(session);
+
+		if (json_array_size(names) > 0)
+			sessions_touch(session);
+		reply_data(req, names);
+	}
+	json_decref(args);
+}
+
+static void
+route_list_session_keys(struct http_request *req, void *arg)
+{
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "list_session_keys")) == NULL)
+		return;
+	reply_data(req, sessions_keys());
+	json_decref(args);
+}
+
+static void
+cleaned_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct rpc *r = arg;
+
+	if (err != NULL)
+		log_warn("cleanup: %s: %s", sb->name, err->msg);
+	if (--r->pending > 0)
+		return;
+	reply_data(r->req, json_null());
+	rpc_free(r);
+}
+
+static void
+route_cleanup(struct http_request *req, void *arg)
+{
+	struct sandbox *sb, *next;
+	struct rpc *r;
+	json_t *args;
+
+	(void)arg;
+	if ((args = rpc_args(req, "cleanup")) == NULL)
+		return;
+	r = rpc_new(req, "cleanup", args);
+	json_decref(args);
+	/* One extra count, dropped below, so early answers cannot end it. */
+	r->pending = 1;
+	for (sb = sandbox_first(); sb != NULL; sb = next) {
+		next = sandbox_next(sb);
+		if (sb->state == SB_RELEASED)
+			continue;
+		r->pending++;
+		lifecycle_release(sb, cleaned_cb, r);
+	}
+	cleaned_cb(NULL, NULL, r);
+}
+
+#define POST HTTP_METHOD_POST
+#define GETPOST (HTTP_METHOD_GET | HTTP_METHOD_POST)
+#define PROXY_METHODS (HTTP_METHOD_GET | HTTP_METHOD_POST | HTTP_METHOD_PUT | \
+    HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
+#define EXACT HTTP_MATCH_EXACT
+
+static const struct http_route routes[] = {
+	{ HTTP_METHOD_GET, "/health", EXACT, HTTP_ROUTE_NO_AUTH, route_health, 0 },
+	{ POST, "/create_from_pool", EXACT, 0, route_create_from_pool, 0 },
+	{ POST, "/create", EXACT, 0, route_create, 0 },
+	{ POST, "/release", EXACT, 0, route_release, 0 },
+	{ POST, "/start", EXACT, 0, route_start, 0 },
+	{ POST, "/stop", EXACT, 0, route_stop, 0 },
+	{ GETPOST, "/get_status", EXACT, 0, route_get_status, 0 },
+	{ GETPOST, "/get_info", EXACT, 0, route_get_info, 0 },
+	{ GETPOST, "/check_health", EXACT, 0, route_check_health, 0 },
+	{ GETPOST, "/list_tools", EXACT, 0, route_list_tools, 0 },
+	{ POST, "/call_tool", EXACT, 0, route_call_tool, 0 },
+	{ POST, "/add_mcp_servers", EXACT, 0, route_add_mcp_servers, 0 },
+	{ GETPOST, "/get_session_mapping", EXACT, 0, route_get_session_mapping,
+	    0 },
+	{ GETPOST, "/list_session_keys", EXACT, 0, route_list_session_keys, 0 },
+	{ POST, "/cleanup", EXACT, 0, route_cleanup, 0 },
+	{ PROXY_METHODS, "/proxy/", HTTP_MATCH_PREFIX,
+	    HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH, proxy_route, 0 },
+};
+
+const struct http_route *
+api_agentscope_routes(size_t *n)
+{
+	*n = sizeof routes / sizeof routes[0];
+	return routes;
+}

@@ -1,0 +1,426 @@
+/*
+ * Our REST routes for direct HTTP use:
+ *   POST   /v1/sandboxes               create (from the pool when it can)
+ *   GET    /v1/sandboxes               list
+ *   GET    /v1/sandboxes/{id}          the container model
+ *   DELETE /v1/sandboxes/{id}          release
+ *   ANY    /v1/sandboxes/{id}/agent/{path}   proxy to the agent
+ *   POST   /v1/sessions/connect        SandboxService.connect
+ *   POST   /v1/sessions/release        SandboxService.release
+ *   GET    /metrics                    Prometheus text
+ * Answers are plain JSON objects; errors {"detail": ...} with their status
+ * (503 when the instance limit or the port range is exhausted).
+ */
+#include "sandboxd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+#include "log.h"
+#include "xmalloc.h"
+
+/* A connect waiting for its creates; freed when it answers. */
+struct connect {
+	struct http_request *req;
+	char *session;
+	size_t pending;
+	struct error err;
+	int failed;
+	json_t *created;	/* names made by this connect */
+};
+
+static void
+created_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct http_request *req = arg;
+
+	if (err != NULL)
+		http_reply_err(req, err);
+	else
+		http_reply_json(req, 201, sandbox_model(sb));
+}
+
+static void
+route_create(struct http_request *req, void *arg)
+{
+	struct create_request creq;
+	struct sandbox *sb;
+	struct error err;
+	const char *session = NULL;
+	int from_pool = 1;
+	json_t *args;
+
+	(void)arg;
+	if ((args = http_request_json(req, &err)) == NULL) {
+		http_reply_err(req, &err);
+		return;
+	}
+	if (api_parse_create(args, &creq, json_object_get(args, "type") ?
+	    "type" : "sandbox_type", &err) < 0 ||
+	    json_get_string(args, "session_ctx_id", 0, &session, &err) < 0 ||
+	    json_get_bool(args, "pool", 1, &from_pool, &err) < 0)
+		goto fail;
+	if (session != NULL)
+		creq.session = session;
+	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
+	    creq.environment == NULL && (sb = pool_take(creq.type)) != NULL) {
+		if (creq.meta != NULL)
+			json_object_update(sb->meta, creq.meta);
+		sessions_bind(sb, creq.session);
+		http_reply_json(req, 201, sandbox_model(sb));
+		json_decref(args);
+		return;
+	}
+	if (lifecycle_create(&creq, created_cb, req, &err) == NULL)
+		goto fail;
+	json_decref(args);
+	return;
+fail:
+	http_reply_err(req, &err);
+	json_decref(args);
+}
+
+static void
+route_list(struct http_request *req, void *arg)
+{
+	const char *type = http_request_query(req, "type");
+	const char *state = http_request_query(req, "state");
+	const char *session = http_request_query(req, "session_ctx_id");
+	const char *all = http_request_query(req, "all");
+	json_t *list = json_array();
+	struct sandbox *sb;
+	int with_released = 0;
+
+	(void)arg;
+	if (all != NULL && config_parse_bool(all, &with_released) < 0) {
+		json_decref(list);
+		http_reply_error(req, 400, "all: '%s' is not a boolean", all);
+		return;
+	}
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (sb->state == SB_RELEASED && !with_released && state == NULL)
+			continue;
+		if (type != NULL && strcmp(sb->type_name, type) != 0)
+			continue;
+		if (state != NULL && strcmp(sandbox_state_name(sb->state),
+		    state) != 0)
+			continue;
+		if (session != NULL && (sb->session == NULL ||
+		    strcmp(sb->session, session) != 0))
+			continue;
+		json_array_append_new(list, sandbox_model(sb));
+	}
+	http_reply_json(req, 200, json_pack("{s:o}", "sandboxes", list));
+}
+
+static void
+released_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct http_request *req = arg;
+
+	if (err != NULL)
+		http_reply_err(req, err);
+	else
+		http_reply_json(req, 200, sandbox_model(sb));
+}
+
+/* /v1/sandboxes/{id}[/agent/{path}] */
+static void
+route_sandbox(struct http_request *req, void *arg)
+{
+	const char *raw = http_request_raw_target(req);
+	enum http_verb method = http_request_method(req);
+	struct sandbox *sb;
+	char *id, *target;
+	const char *rest;
+	size_t idlen = 0;
+
+	(void)arg;
+	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
+		raw += 14;
+		idlen = strcspn(raw, "/?");
+	}
+	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
+		http_reply_error(req, 404, "Not Found");
+		return;
+	}
+	sb = sandbox_find(id);
+	rest = raw + idlen;
+	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
+	    rest[6] == '?' || rest[6] == '\0')) {
+		if (!proxy_authorized(req, sb)) {
+			http_reply_error(req, 401, "Authentication required");
+		} else if (sb == NULL) {
+			http_reply_error(req, 404, "no sandbox %s", id);
+		} else {
+			rest += 6;
+			target = *rest == '/' ? xstrdup(rest) :
+			    xasprintf("/%s", rest);
+			proxy_forward(req, sb, target);
+			free(target);
+		}
+		free(id);
+		return;
+	}
+	if (!proxy_authorized(req, NULL)) {
+		http_reply_error(req, 401, "Authentication required");
+	} else if (*rest != '\0' && *rest != '?') {
+		http_reply_error(req, 404, "Not Found");
+	} else if (sb == NULL) {
+		http_reply_error(req, 404, "no sandbox %s", id);
+	} else if (method == HTTP_METHOD_GET) {
+		sessions_touch_sandbox(sb);
+		http_reply_json(req, 200, sandbox_model(sb));
+	} else if (method == HTTP_METHOD_DELETE) {
+		lifecycle_release(sb, released_cb, req);
+	} else {
+		http_reply_error(req, 405, "Method Not Allowed");
+	}
+	free(id);
+}
+
+static void
+connect_finish(struct connect *c)
+{
+	json_t *list = json_array();
+	struct sandbox *sb;
+
+	if (c->failed) {
+		size_t i;
+		json_t *name;
+
+		/* All or nothing: what this connect made goes again. */
+		json_array_foreach(c->created, i, name) {
+			sb = sandbox_find(json_string_value(name));
+			if (sb != NULL)
+				lifecycle_release(sb, NULL, NULL);
+		}
+		http_reply_err(c->req, &c->err);
+	} else {
+		for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+			if (sb->session != NULL && strcmp(sb->session,
+			    c->session) == 0 && sb->state != SB_RELEASED &&
+			    sb->state != SB_RELEASING)
+				json_array_append_new(list, sandbox_model(sb));
+		}
+		http_reply_json(c->req, 200, json_pack("{s:s,s:o}",
+		    "session_ctx_id", c->session, "sandboxes", list));
+		list = NULL;
+	}
+	json_decref(list);
+	json_decref(c->created);
+	free(c->session);
+	free(c);
+}
+
+static void
+connect_created_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct connect *c = arg;
+
+	if (err != NULL && !c->failed) {
+		c->failed = 1;
+		c->err = *err;
+	}
+	if (err == NULL)
+		json_array_append_new(c->created, json_string(sb->name));
+	if (--c->pending == 0)
+		connect_finish(c);
+}
+
+static int
+session_has_type(const char *session, const char *type)
+{
+	struct sandbox *sb;
+
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (sb->session != NULL && strcmp(sb->session, session) == 0 &&
+		    strcmp(sb->type_name, type) == 0 &&
+		    sb->state != SB_RELEASED && sb->state != SB_RELEASING)
+			return 1;
+	}
+	return 0;
+}
+
+/* The types a connect asks for, from sandbox_types and tool names. */
+static int
+wanted_types(json_t *args, struct config_list *out, struct error *err)
+{
+	json_t *types, *tools, *v;
+	size_t i;
+
+	if (json_get_array(args, "sandbox_types", 0, &types, err) < 0 ||
+	    json_get_array(args, "tools", 0, &tools, err) < 0)
+		return -1;
+	json_array_foreach(types, i, v) {
+		if (!json_is_string(v) || types_find(json_string_value(v)) ==
+		    NULL) {
+			error_set(err, 400, "sandbox_types: unknown sandbox type "
+			    "%s", json_is_string(v) ? json_string_value(v) : "?");
+			return -1;
+		}
+		config_list_add(out, json_string_value(v));
+	}
+	json_array_foreach(tools, i, v) {
+		const struct sandbox_type *t = json_is_string(v) ?
+		    types_for_tool(json_string_value(v)) : NULL;
+
+		if (t == NULL) {
+			error_set(err, 400, "tools: no sandbox type offers %s",
+			    json_is_string(v) ? json_string_value(v) : "?");
+			return -1;
+		}
+		config_list_add(out, t->name);
+	}
+	if (out->n == 0)
+		config_list_add(out, sd.cfg.pool_types.v[0]);
+	return 0;
+}
+
+static void
+route_connect(struct http_request *req, void *arg)
+{
+	struct config_list types = { 0 };
+	const char *session_id, *user_id;
+	struct connect *c;
+	struct error err;
+	json_t *args;
+
+	(void)arg;
+	if ((args = http_request_json(req, &err)) == NULL) {
+		http_reply_err(req, &err);
+		return;
+	}
+	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
+	    json_get_string(args, "user_id", 0, &user_id, &err) < 0 ||
+	    wanted_types(args, &types, &err) < 0) {
+		http_reply_err(req, &err);
+		goto out;
+	}
+	c = xcalloc(1, sizeof *c);
+	c->req = req;
+	c->session = sessions_ctx_id(session_id, user_id);
+	c->created = json_array();
+	c->pending = 1;
+	sessions_touch(c->session);
+	for (size_t i = 0; i < types.n && !c->failed; i++) {
+		struct create_request creq = { 0 };
+		struct sandbox *sb;
+
+		/* Reuse what the session has; a type named twice once. */
+		if (session_has_type(c->session, types.v[i]))
+			continue;
+		creq.type = types_find(types.v[i]);
+		creq.session = c->session;
+		if ((sb = pool_take(creq.type)) != NULL) {
+			sessions_bind(sb, c->session);
+			json_array_append_new(c->created, json_string(sb->name));
+			continue;
+		}
+		c->pending++;
+		if (lifecycle_create(&creq, connect_created_cb, c, &err) == NULL) {
+			c->pending--;
+			c->failed = 1;
+			c->err = err;
+		}
+	}
+	if (--c->pending == 0)
+		connect_finish(c);
+out:
+	config_list_free(&types);
+	json_decref(args);
+}
+
+/* A session release waiting for its sandboxes to go; freed when it
+ * answers. */
+struct session_release {
+	struct http_request *req;
+	char *session;
+	json_t *names;
+	size_t pending;
+	struct error err;
+	int failed;
+};
+
+static void
+session_released_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct session_release *r = arg;
+
+	(void)sb;
+	if (err != NULL && !r->failed) {
+		r->failed = 1;
+		r->err = *err;
+	}
+	if (--r->pending > 0)
+		return;
+	if (r->failed)
+		http_reply_err(r->req, &r->err);
+	else
+		http_reply_json(r->req, 200, json_pack("{s:s,s:O}",
+		    "session_ctx_id", r->session, "released", r->names));
+	json_decref(r->names);
+	free(r->session);
+	free(r);
+}
+
+static void
+route_session_release(struct http_request *req, void *arg)
+{
+	const char *session_id, *user_id;
+	struct session_release *r;
+	json_t *args, *name;
+	struct error err;
+	size_t i;
+
+	(void)arg;
+	if ((args = http_request_json(req, &err)) == NULL) {
+		http_reply_err(req, &err);
+		return;
+	}
+	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
+	    json_get_string(args, "user_id", 0, &user_id, &err) < 0) {
+		http_reply_err(req, &err);
+		json_decref(args);
+		return;
+	}
+	r = xcalloc(1, sizeof *r);
+	r->req = req;
+	r->session = sessions_ctx_id(session_id, user_id);
+	r->names = sessions_mapping(r->session);
+	r->pending = 1;
+	json_array_foreach(r->names, i, name) {
+		struct sandbox *sb = sandbox_find(json_string_value(name));
+
+		if (sb != NULL) {
+			r->pending++;
+			lifecycle_release(sb, session_released_cb, r);
+		}
+	}
+	json_decref(args);
+	session_released_cb(NULL, NULL, r);
+}
+
+#define ANY (HTTP_METHOD_GET | HTTP_METHOD_POST | HTTP_METHOD_PUT | \
+    HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
+
+static const struct http_route routes[] = {
+	{ HTTP_METHOD_POST, "/v1/sandboxes", HTTP_MATCH_EXACT, 0, route_create,
+	    0 },
+	{ HTTP_METHOD_GET, "/v1/sandboxes", HTTP_MATCH_EXACT, 0, route_list, 0 },
+	{ ANY, "/v1/sandboxes/", HTTP_MATCH_PREFIX,
+	    HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH, route_sandbox, 0 },
+	{ HTTP_METHOD_POST, "/v1/sessions/connect", HTTP_MATCH_EXACT, 0,
+	    route_connect, 0 },
+	{ HTTP_METHOD_POST, "/v1/sessions/release", HTTP_MATCH_EXACT, 0,
+	    route_session_release, 0 },
+	{ HTTP_METHOD_GET, "/metrics", HTTP_MATCH_EXACT, 0, metrics_route, 0 },
+};
+
+const struct http_route *
+api_rest_routes(size_t *n)
+{
+	*n = sizeof routes / sizeof routes[0];
+	return routes;
+}

@@ -1,0 +1,331 @@
+/*
+ * The Docker backend: a sandbox spec becomes one container, created and
+ * started through the Engine API. Confinement is set here: every capability
+ * dropped but the type's, no-new-privileges, memory / CPU / pids limits,
+ * network none unless the type asks for a bridge, and then its port
+ * published on 127.0.0.1 only.
+ */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "docker_api.h"
+#include "xmalloc.h"
+
+/* One create in flight: create, then start. Freed when done is called. */
+struct create_op {
+	struct docker *docker;
+	backend_id_cb done;
+	void *arg;
+	char *id;
+};
+
+/* One remove / start / stop / status / list / logs in flight. */
+struct simple_op {
+	backend_done_cb done;
+	backend_status_cb status_done;
+	backend_list_cb list_done;
+	backend_logs_cb logs_done;
+	void *arg;
+};
+
+static json_t *
+string_array(const char *const *v)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; v != NULL && v[i] != NULL; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static json_t *
+create_body(const struct backend_spec *s)
+{
+	json_t *body = json_object(), *host = json_object(), *caps;
+	char port_key[32];
+
+	json_object_set_new(body, "Image", json_string(s->image));
+	json_object_set_new(body, "Cmd", string_array(s->cmd));
+	if (s->entrypoint != NULL && s->entrypoint->n > 0) {
+		json_t *ep = json_array();
+
+		for (size_t i = 0; i < s->entrypoint->n; i++)
+			json_array_append_new(ep, json_string(s->entrypoint->v[i]));
+		json_object_set_new(body, "Entrypoint", ep);
+	}
+	json_object_set_new(body, "Env", string_array(s->env));
+	json_object_set_new(body, "Labels", json_deep_copy(s->labels));
+	/* Give the agent a moment to stop its children, no more. */
+	json_object_set_new(body, "StopTimeout", json_integer(2));
+
+	json_object_set_new(host, "Binds", string_array(s->binds));
+	if (s->memory > 0) {
+		json_object_set_new(host, "Memory", json_integer(s->memory));
+		/* No swap on top of the memory limit. */
+		json_object_set_new(host, "MemorySwap", json_integer(s->memory));
+	}
+	if (s->nano_cpus > 0)
+		json_object_set_new(host, "NanoCpus", json_integer(s->nano_cpus));
+	if (s->pids > 0)
+		json_object_set_new(host, "PidsLimit", json_integer(s->pids));
+	json_object_set_new(host, "CapDrop", json_pack("[s]", "ALL"));
+	caps = json_array();
+	for (size_t i = 0; s->cap_add != NULL && i < s->cap_add->n; i++)
+		json_array_append_new(caps, json_string(s->cap_add->v[i]));
+	json_object_set_new(host, "CapAdd", caps);
+	json_object_set_new(host, "SecurityOpt",
+	    json_pack("[s]", "no-new-privileges"));
+	json_object_set_new(host, "NetworkMode", json_string(s->network));
+	json_object_set_new(host, "RestartPolicy", json_pack("{s:s}", "Name",
+	    "no"));
+	/* The agent logs a line per event; keep the host's disk safe. */
+	json_object_set_new(host, "LogConfig", json_pack("{s:s,s:{s:s,s:s}}",
+	    "Type", "json-file", "Config", "max-size", "1m", "max-file", "1"));
+	if (s->host_port > 0) {
+		char hport[16];
+
+		snprintf(port_key, sizeof port_key, "%d/tcp", s->container_port);
+		snprintf(hport, sizeof hport, "%d", s->host_port);
+		json_object_set_new(body, "ExposedPorts",
+		    json_pack("{s:{}}", port_key));
+		json_object_set_new(host, "PortBindings",
+		    json_pack("{s:[{s:s,s:s}]}", port_key, "HostIp",
+		    "127.0.0.1", "HostPort", hport));
+	}
+	json_object_set_new(body, "HostConfig", host);
+	return body;
+}
+
+static void
+create_finish(struct create_op *op, const struct error *err)
+{
+	op->done(op->id, err, op->arg);
+	free(op->id);
+	free(op);
+}
+
+static void
+started_cb(json_t *answer, const struct error *err, void *arg)
+{
+	(void)answer;
+	create_finish(arg, err);
+}
+
+static void
+created_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct create_op *op = arg;
+	const char *id;
+
+	if (err != NULL) {
+		create_finish(op, err);
+		return;
+	}
+	id = json_string_value(json_object_get(answer, "Id"));
+	if (id == NULL) {
+		struct error e;
+
+		error_set(&e, 502, "docker: create answered without an Id");
+		create_finish(op, &e);
+		return;
+	}
+	op->id = xstrdup(id);
+	docker_container_start(op->docker, op->id, started_cb, op);
+}
+
+static void
+docker_create(struct backend *b, const struct backend_spec *spec,
+    backend_id_cb done, void *arg)
+{
+	struct create_op *op = xcalloc(1, sizeof *op);
+	json_t *body = create_body(spec);
+
+	op->docker = b->impl;
+	op->done = done;
+	op->arg = arg;
+	docker_container_create(b->impl, spec->name, body, created_cb, op);
+	json_decref(body);
+}
+
+static struct simple_op *
+simple_op(backend_done_cb done, void *arg)
+{
+	struct simple_op *op = xcalloc(1, sizeof *op);
+
+	op->done = done;
+	op->arg = arg;
+	return op;
+}
+
+static void
+removed_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+
+	(void)answer;
+	/* Already gone is what we wanted. */
+	op->done(err != NULL && err->status != 404 ? err : NULL, op->arg);
+	free(op);
+}
+
+static void
+docker_remove(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	docker_container_remove(b->impl, id, removed_cb, simple_op(done, arg));
+}
+
+static void
+plain_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+
+	(void)answer;
+	op->done(err, op->arg);
+	free(op);
+}
+
+static void
+docker_start(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	docker_container_start(b->impl, id, plain_cb, simple_op(done, arg));
+}
+
+static void
+docker_stop(struct backend *b, const char *id, double timeout,
+    backend_done_cb done, void *arg)
+{
+	docker_container_stop(b->impl, id, (int)timeout, plain_cb,
+	    simple_op(done, arg));
+}
+
+static void
+inspected_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+	json_t *state = json_object_get(answer, "State");
+
+	if (err != NULL)
+		op->status_done(NULL, -1, err, op->arg);
+	else
+		op->status_done(json_string_value(json_object_get(state,
+		    "Status")), (int)json_integer_value(json_object_get(state,
+		    "ExitCode")), NULL, op->arg);
+	free(op);
+}
+
+static void
+docker_status(struct backend *b, const char *id, backend_status_cb done,
+    void *arg)
+{
+	struct simple_op *op = xcalloc(1, sizeof *op);
+
+	op->status_done = done;
+	op->arg = arg;
+	docker_container_inspect(b->impl, id, inspected_cb, op);
+}
+
+static void
+listed_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+	struct backend_container *v;
+	size_t n = 0, i;
+	json_t *c;
+
+	if (err != NULL || !json_is_array(answer)) {
+		struct error e;
+
+		if (err == NULL)
+			error_set(&e, 502, "docker: the container list is not "
+			    "a list");
+		op->list_done(NULL, 0, err != NULL ? err : &e, op->arg);
+		free(op);
+		return;
+	}
+	v = xcalloc(json_array_size(answer) + 1, sizeof *v);
+	json_array_foreach(answer, i, c) {
+		const char *name = json_string_value(json_array_get(
+		    json_object_get(c, "Names"), 0));
+
+		v[n].id = json_string_value(json_object_get(c, "Id"));
+		if (v[n].id == NULL || name == NULL)
+			continue;
+		v[n].name = name[0] == '/' ? name + 1 : name;
+		v[n].state = json_string_value(json_object_get(c, "State"));
+		v[n].labels = json_object_get(c, "Labels");
+		n++;
+	}
+	op->list_done(v, n, NULL, op->arg);
+	free(v);
+	free(op);
+}
+
+static void
+docker_list(struct backend *b, const char *label, const char *value,
+    backend_list_cb done, void *arg)
+{
+	struct simple_op *op = xcalloc(1, sizeof *op);
+
+	op->list_done = done;
+	op->arg = arg;
+	docker_container_list(b->impl, label, value, listed_cb, op);
+}
+
+static void
+logs_cb(const char *body, size_t len, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+
+	(void)len;
+	op->logs_done(body, err, op->arg);
+	free(op);
+}
+
+static void
+docker_logs(struct backend *b, const char *id, int lines,
+    backend_logs_cb done, void *arg)
+{
+	struct simple_op *op = xcalloc(1, sizeof *op);
+
+	op->logs_done = done;
+	op->arg = arg;
+	docker_container_logs(b->impl, id, lines, logs_cb, op);
+}
+
+static void
+docker_backend_free(struct backend *b)
+{
+	docker_free(b->impl);
+	free(b);
+}
+
+static const struct backend_ops docker_ops = {
+	.name = "docker",
+	.create = docker_create,
+	.remove = docker_remove,
+	.start = docker_start,
+	.stop = docker_stop,
+	.status = docker_status,
+	.list = docker_list,
+	.logs = docker_logs,
+	.free = docker_backend_free,
+};
+
+struct backend *
+backend_docker_new(struct event_base *base, const char *docker_host,
+    size_t max_inflight)
+{
+	struct backend *b = xcalloc(1, sizeof *b);
+	char *addr;
+
+	/* unix:///var/run/docker.sock -> unix:/var/run/docker.sock */
+	addr = xasprintf("unix:%s", docker_host + strlen("unix://"));
+	b->ops = &docker_ops;
+	b->impl = docker_new(base, addr, max_inflight);
+	free(addr);
+	return b;
+}

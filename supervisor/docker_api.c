@@ -1,0 +1,392 @@
+/*
+ * Docker Engine API requests. Paths are unversioned so the daemon speaks its
+ * own current version; every field we send exists since API 1.25.
+ */
+#include "docker_api.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+
+#include "http.h"
+#include "http_client.h"
+#include "log.h"
+#include "xmalloc.h"
+
+/* Seconds without progress before a Docker call fails: once a call is
+ * sent (queued ones wait without a clock), the daemon answers in seconds. */
+#define DOCKER_TIMEOUT 120
+
+/* One call, queued or in flight; freed when its callback has run. */
+struct call {
+	TAILQ_ENTRY(call) entry;
+	struct docker *docker;
+	char *method;
+	char *target;
+	json_t *body;		/* or NULL */
+	int raw;		/* answer read as bytes (logs), not JSON */
+	docker_cb done;
+	docker_raw_cb raw_done;
+	void *arg;
+	char *what;		/* "create container x", for messages */
+};
+
+/* Owned by the backend. Calls beyond max wait in a queue: fifty creates
+ * at once would otherwise make a small machine's daemon time them out. */
+struct docker {
+	struct event_base *base;
+	char *addr;
+	size_t inflight;
+	size_t max;
+	TAILQ_HEAD(, call) queue;
+};
+
+static void launch(struct call *c);
+
+struct docker *
+docker_new(struct event_base *base, const char *addr, size_t max_inflight)
+{
+	struct docker *d = xcalloc(1, sizeof *d);
+
+	d->base = base;
+	d->addr = xstrdup(addr);
+	d->max = max_inflight > 0 ? max_inflight : 1;
+	TAILQ_INIT(&d->queue);
+	return d;
+}
+
+static void
+call_free(struct call *c)
+{
+	free(c->method);
+	free(c->target);
+	json_decref(c->body);
+	free(c->what);
+	free(c);
+}
+
+void
+docker_free(struct docker *d)
+{
+	struct call *c;
+
+	if (d == NULL)
+		return;
+	while ((c = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, c, entry);
+		call_free(c);
+	}
+	free(d->addr);
+	free(d);
+}
+
+/* A call has ended: start the next one waiting. */
+static void
+call_end(struct call *c)
+{
+	struct docker *d = c->docker;
+	struct call *next;
+
+	call_free(c);
+	d->inflight--;
+	if ((next = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, next, entry);
+		launch(next);
+	}
+}
+
+/* Docker's own words for a failed call, with the status it implies. */
+static void
+answer_error(struct error *err, int status, json_t *answer, const char *what)
+{
+	const char *msg = NULL;
+	int mapped = 502;
+
+	if (json_is_object(answer))
+		msg = json_string_value(json_object_get(answer, "message"));
+	if (status == 404 || status == 409)
+		mapped = status;
+	error_set(err, mapped, "docker: %s: %s (HTTP %d)", what,
+	    msg != NULL ? msg : "failed", status);
+}
+
+static void
+json_done_cb(int status, json_t *answer, const struct error *err, void *arg)
+{
+	struct call *c = arg;
+	struct error e;
+
+	if (err != NULL) {
+		e = *err;
+		error_prefix(&e, "docker: %s: cannot reach the Docker daemon",
+		    c->what);
+		c->done(NULL, &e, c->arg);
+	} else if (status < 200 || status > 299) {
+		answer_error(&e, status, answer, c->what);
+		c->done(NULL, &e, c->arg);
+	} else {
+		c->done(answer, NULL, c->arg);
+	}
+	call_end(c);
+}
+
+static void raw_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg);
+
+static void
+launch(struct call *c)
+{
+	struct docker *d = c->docker;
+	struct error err;
+	void *r;
+
+	d->inflight++;
+	log_debug("docker: %s %s", c->method, c->target);
+	if (c->raw) {
+		struct http_client_options opts = { 0 };
+		struct http_client_callbacks cb = { 0 };
+
+		opts.addr = d->addr;
+		opts.method = c->method;
+		opts.target = c->target;
+		opts.timeout = DOCKER_TIMEOUT;
+		opts.max_response = 1024 * 1024;
+		cb.on_done = raw_done_cb;
+		r = http_client_start(d->base, &opts, &cb, c, &err);
+	} else {
+		r = http_client_json(d->base, d->addr, c->method, c->target, NULL,
+		    c->body, DOCKER_TIMEOUT, json_done_cb, c, &err);
+	}
+	if (r == NULL) {
+		error_prefix(&err, "docker: %s", c->what);
+		if (c->raw)
+			c->raw_done(NULL, 0, &err, c->arg);
+		else
+			c->done(NULL, &err, c->arg);
+		call_end(c);
+	}
+}
+
+static void
+enqueue(struct docker *d, const char *method, char *target, json_t *body,
+    char *what, int raw, docker_cb done, docker_raw_cb raw_done, void *arg)
+{
+	struct call *c = xcalloc(1, sizeof *c);
+
+	c->docker = d;
+	c->method = xstrdup(method);
+	c->target = target;
+	c->body = body != NULL ? json_incref(body) : NULL;
+	c->what = what;
+	c->raw = raw;
+	c->done = done;
+	c->raw_done = raw_done;
+	c->arg = arg;
+	if (d->inflight < d->max)
+		launch(c);
+	else
+		TAILQ_INSERT_TAIL(&d->queue, c, entry);
+}
+
+static void
+call(struct docker *d, const char *method, const char *target, json_t *body,
+    const char *what, docker_cb done, void *arg)
+{
+	enqueue(d, method, xstrdup(target), body, xstrdup(what), 0, done, NULL,
+	    arg);
+}
+
+/* Path segments we put in targets: ids and names are [a-zA-Z0-9_.-]. */
+static int
+safe_segment(const char *s)
+{
+	if (*s == '\0')
+		return 0;
+	for (; *s != '\0'; s++) {
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		    (*s >= '0' && *s <= '9') || *s == '_' || *s == '.' ||
+		    *s == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static int
+check_id(const char *id, docker_cb done, void *arg)
+{
+	struct error err;
+
+	if (safe_segment(id))
+		return 0;
+	error_set(&err, 400, "docker: '%s' is not a container id or name", id);
+	done(NULL, &err, arg);
+	return -1;
+}
+
+void
+docker_container_create(struct docker *d, const char *name, json_t *body,
+    docker_cb done, void *arg)
+{
+	char *target, *what;
+
+	if (check_id(name, done, arg) < 0)
+		return;
+	target = xasprintf("/containers/create?name=%s", name);
+	what = xasprintf("create container %s", name);
+	call(d, "POST", target, body, what, done, arg);
+	free(target);
+	free(what);
+}
+
+static void
+simple(struct docker *d, const char *method, const char *id,
+    const char *suffix, const char *verb, docker_cb done, void *arg)
+{
+	char *target, *what;
+
+	if (check_id(id, done, arg) < 0)
+		return;
+	target = xasprintf("/containers/%s%s", id, suffix);
+	what = xasprintf("%s container %.12s", verb, id);
+	call(d, method, target, NULL, what, done, arg);
+	free(target);
+	free(what);
+}
+
+void
+docker_container_start(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "POST", id, "/start", "start", done, arg);
+}
+
+void
+docker_container_stop(struct docker *d, const char *id, int seconds,
+    docker_cb done, void *arg)
+{
+	char suffix[32];
+
+	snprintf(suffix, sizeof suffix, "/stop?t=%d", seconds);
+	simple(d, "POST", id, suffix, "stop", done, arg);
+}
+
+void
+docker_container_remove(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "DELETE", id, "?force=1&v=1", "remove", done, arg);
+}
+
+void
+docker_container_inspect(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "GET", id, "/json", "inspect", done, arg);
+}
+
+/* Percent-encode everything but unreserved characters. */
+static char *
+url_encode(const char *s)
+{
+	struct evbuffer *b = evbuffer_new();
+	size_t len;
+	char *out;
+
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+		    c == '~')
+			evbuffer_add(b, s, 1);
+		else
+			evbuffer_add_printf(b, "%%%02X", c);
+	}
+	len = evbuffer_get_length(b);
+	out = xmalloc(len + 1);
+	evbuffer_remove(b, out, len);
+	out[len] = '\0';
+	evbuffer_free(b);
+	return out;
+}
+
+void
+docker_container_list(struct docker *d, const char *label, const char *value,
+    docker_cb done, void *arg)
+{
+	json_t *filters = json_pack("{s:[s++]}", "label", label, "=", value);
+	char *text = json_dumps(filters, JSON_COMPACT), *enc, *target;
+
+	enc = url_encode(text);
+	target = xasprintf("/containers/json?all=1&filters=%s", enc);
+	call(d, "GET", target, NULL, "list containers", done, arg);
+	free(target);
+	free(enc);
+	free(text);
+	json_decref(filters);
+}
+
+static void
+raw_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg)
+{
+	struct call *c = arg;
+	struct evbuffer *body, *out;
+	struct error e;
+	int status;
+
+	if (err != NULL) {
+		e = *err;
+		error_prefix(&e, "docker: %s", c->what);
+		c->raw_done(NULL, 0, &e, c->arg);
+		call_end(c);
+		return;
+	}
+	status = http_client_status(r);
+	body = http_client_body(r);
+	if (status < 200 || status > 299) {
+		error_set(&e, status == 404 ? 404 : 502, "docker: %s: HTTP %d",
+		    c->what, status);
+		c->raw_done(NULL, 0, &e, c->arg);
+		call_end(c);
+		return;
+	}
+	/* Without a TTY the answer is multiplexed: frames of an 8-byte
+	 * header (stream, 0, 0, 0, big-endian length) and the bytes. */
+	out = evbuffer_new();
+	while (evbuffer_get_length(body) >= 8) {
+		unsigned char h[8];
+		size_t n;
+
+		evbuffer_copyout(body, h, 8);
+		n = (size_t)h[4] << 24 | (size_t)h[5] << 16 |
+		    (size_t)h[6] << 8 | h[7];
+		if (h[0] > 2 || evbuffer_get_length(body) < 8 + n)
+			break;
+		evbuffer_drain(body, 8);
+		evbuffer_remove_buffer(body, out, n);
+	}
+	evbuffer_add(out, "", 1);
+	c->raw_done((const char *)evbuffer_pullup(out, -1),
+	    evbuffer_get_length(out) - 1, NULL, c->arg);
+	evbuffer_free(out);
+	call_end(c);
+}
+
+void
+docker_container_logs(struct docker *d, const char *id, int lines,
+    docker_raw_cb done, void *arg)
+{
+	struct error err;
+
+	if (!safe_segment(id)) {
+		error_set(&err, 400, "docker: '%s' is not a container id", id);
+		done(NULL, 0, &err, arg);
+		return;
+	}
+	enqueue(d, "GET", xasprintf("/containers/%s/logs?stdout=1&stderr=1&"
+	    "tail=%d", id, lines), NULL, xasprintf("logs of container %.12s",
+	    id), 1, NULL, done, arg);
+}

@@ -1,0 +1,48 @@
+/*
+ * The Docker Engine API calls sandboxd makes, over the daemon's unix socket
+ * with our HTTP client: each is one asynchronous request whose answer comes
+ * back parsed, with Docker's failures turned into a struct error (404 no
+ * such container or image, 409 conflict, 502 anything else, 504 timeout).
+ */
+#ifndef DOCKER_API_H
+#define DOCKER_API_H
+
+#include <jansson.h>
+
+#include "error.h"
+
+struct event_base;
+struct docker;
+
+/* answer is borrowed for the call (NULL for empty answers); err NULL on
+ * success (2xx). */
+typedef void (*docker_cb)(json_t *answer, const struct error *err, void *arg);
+typedef void (*docker_raw_cb)(const char *body, size_t len,
+    const struct error *err, void *arg);
+
+/* addr: "unix:/var/run/docker.sock". At most max_inflight calls are sent
+ * at once; the rest wait in order. Owned by the backend. */
+struct docker *docker_new(struct event_base *base, const char *addr,
+    size_t max_inflight);
+void docker_free(struct docker *d);
+
+/* POST /containers/create?name=NAME with body (borrowed). */
+void docker_container_create(struct docker *d, const char *name, json_t *body,
+    docker_cb done, void *arg);
+void docker_container_start(struct docker *d, const char *id, docker_cb done,
+    void *arg);
+void docker_container_stop(struct docker *d, const char *id, int seconds,
+    docker_cb done, void *arg);
+/* DELETE /containers/ID?force=1&v=1 */
+void docker_container_remove(struct docker *d, const char *id,
+    docker_cb done, void *arg);
+void docker_container_inspect(struct docker *d, const char *id,
+    docker_cb done, void *arg);
+/* GET /containers/json?all=1&filters={"label":["LABEL=VALUE"]} */
+void docker_container_list(struct docker *d, const char *label,
+    const char *value, docker_cb done, void *arg);
+/* GET /containers/ID/logs, stdout and stderr, the last lines, demuxed. */
+void docker_container_logs(struct docker *d, const char *id, int lines,
+    docker_raw_cb done, void *arg);
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * Health: one probe asks an agent for /healthz with its token; a round,
+ * every SANDBOXD_HEALTH_INTERVAL seconds, lists our containers in one Docker
+ * call and probes each ready sandbox. A warm (pool) sandbox whose container
+ * died or whose agent stopped answering is released, and the pool makes a
+ * new one; a sandbox in use is marked unhealthy and reported, never swapped
+ * behind its user's back. Containers with our label that no record knows
+ * are removed.
+ */
+#include "sandboxd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "backend.h"
+#include "http_client.h"
+#include "log.h"
+#include "xmalloc.h"
+
+/* Probes that fail in a row before a sandbox counts as unhealthy. */
+#define HEALTH_FAILURES 2
+#define ROUND_PROBE_TIMEOUT 5.0
+/* Released records kept for get_info. */
+#define RELEASED_KEEP 1000
+
+/* One probe in flight; holds a reference to its sandbox. */
+struct probe {
+	struct sandbox *sb;
+	health_probe_cb done;
+	void *arg;
+	char *auth;
+};
+
+static struct event *round_ev;
+static int round_running;
+
+static void
+probe_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg)
+{
+	struct probe *p = arg;
+	char why[ERROR_MSG_MAX] = "";
+	int ok = 0;
+
+	if (err != NULL) {
+		snprintf(why, sizeof why, "%s", err->msg);
+	} else if (http_client_status(r) != 200) {
+		snprintf(why, sizeof why, "/healthz answered HTTP %d",
+		    http_client_status(r));
+	} else {
+		ok = 1;
+	}
+	p->done(p->sb, ok, why, p->arg);
+	sandbox_unref(p->sb);
+	free(p->auth);
+	free(p);
+}
+
+void
+health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
+    void *arg)
+{
+	struct http_client_options opts = { 0 };
+	struct http_client_callbacks cb = { 0 };
+	struct probe *p = xcalloc(1, sizeof *p);
+	const char *headers[2];
+	struct error err;
+
+	p->sb = sb;
+	p->done = done;
+	p->arg = arg;
+	p->auth = xasprintf("Authorization: Bearer %s", sb->token);
+	headers[0] = p->auth;
+	headers[1] = NULL;
+	opts.addr = sb->agent_addr;
+	opts.method = "GET";
+	opts.target = "/healthz";
+	opts.headers = headers;
+	opts.timeout = timeout;
+	opts.max_response = 4096;
+	cb.on_done = probe_done_cb;
+	sandbox_ref(sb);
+	if (http_client_start(sd.base, &opts, &cb, p, &err) == NULL) {
+		done(sb, 0, err.msg, arg);
+		sandbox_unref(sb);
+		free(p->auth);
+		free(p);
+	}
+}
+
+static void
+released_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)arg;
+	if (err != NULL)
+		log_warn("health: cannot release %s: %s", sb->name, err->msg);
+}
+
+/* sb failed: release a pool sandbox, mark one in use. */
+static void
+failed(struct sandbox *sb, const char *why)
+{
+	if (sb->state == SB_UNHEALTHY) {
+		sandbox_set_error(sb, "%s", why);
+		return;
+	}
+	metrics_count(M_HEALTH_FAILURES, sb->type_name);
+	if (sb->state == SB_WARM) {
+		log_warn("health: pool sandbox %s failed (%s): replacing it",
+		    sb->name, why);
+		lifecycle_release(sb, released_cb, NULL);
+		return;
+	}
+	log_warn("health: sandbox %s is unhealthy: %s", sb->name, why);
+	sandbox_set_error(sb, "%s", why);
+	sandbox_set_state(sb, SB_UNHEALTHY);
+}
+
+static void
+round_probe_cb(struct sandbox *sb, int ok, const char *why, void *arg)
+{
+	(void)arg;
+	sb->health_probing = 0;
+	if (sb->op != NULL || !sb->listed)
+		return;
+	if (ok) {
+		sb->health_failures = 0;
+		if (sb->state == SB_UNHEALTHY) {
+			log_info("health: sandbox %s answers again", sb->name);
+			sandbox_set_state(sb, SB_RUNNING);
+		}
+		return;
+	}
+	if (sb->state != SB_WARM && sb->state != SB_RUNNING &&
+	    sb->state != SB_UNHEALTHY)
+		return;
+	if (++sb->health_failures >= HEALTH_FAILURES)
+		failed(sb, why);
+}
+
+static int
+checkable(const struct sandbox *sb)
+{
+	return sb->op == NULL && (sb->state == SB_WARM ||
+	    sb->state == SB_RUNNING || sb->state == SB_UNHEALTHY);
+}
+
+static void
+orphan_removed_cb(const struct error *err, void *arg)
+{
+	char *name = arg;
+
+	if (err != NULL)
+		log_warn("health: cannot remove stray container %s: %s", name,
+		    err->msg);
+	free(name);
+}
+
+static void
+listed_cb(const struct backend_container *v, size_t n,
+    const struct error *err, void *arg)
+{
+	struct sandbox *sb, *next;
+
+	(void)arg;
+	round_running = 0;
+	if (sd.shutting_down)
+		return;
+	if (err != NULL)
+		log_warn("health: cannot list containers: %s", err->msg);
+	for (sb = sandbox_first(); sb != NULL; sb = next) {
+		const struct backend_container *c = NULL;
+
+		next = sandbox_next(sb);
+		if (!checkable(sb))
+			continue;
+		for (size_t i = 0; err == NULL && i < n; i++) {
+			if (strcmp(v[i].name, sb->name) == 0)
+				c = &v[i];
+		}
+		if (err == NULL && (c == NULL || c->state == NULL ||
+		    strcmp(c->state, "running") != 0)) {
+			char why[128];
+
+			snprintf(why, sizeof why, "its container is %s",
+			    c == NULL ? "gone" : c->state ? c->state : "?");
+			sb->health_failures = HEALTH_FAILURES;
+			failed(sb, why);
+			continue;
+		}
+		if (sb->health_probing)
+			continue;
+		sb->health_probing = 1;
+		health_probe(sb, ROUND_PROBE_TIMEOUT, round_probe_cb, NULL);
+	}
+	for (size_t i = 0; err == NULL && sd.ready && i < n; i++) {
+		struct sandbox *known = sandbox_find(v[i].name);
+
+		if (known != NULL && known->state != SB_RELEASED)
+			continue;
+		log_warn("health: removing stray container %s (ours, but no "
+		    "record knows it)", v[i].name);
+		sd.backend->ops->remove(sd.backend, v[i].id, orphan_removed_cb,
+		    xstrdup(v[i].name));
+	}
+	sandbox_trim_released(RELEASED_KEEP);
+}
+
+static void
+round_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (round_running || !sd.ready || sd.shutting_down)
+		return;
+	round_running = 1;
+	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
+	    state_instance(), listed_cb, NULL);
+}
+
+void
+health_init(void)
+{
+	struct timeval tv;
+
+	tv.tv_sec = (time_t)sd.cfg.health_interval;
+	tv.tv_usec = (suseconds_t)((sd.cfg.health_interval -
+	    (double)tv.tv_sec) * 1e6);
+	round_ev = event_new(sd.base, -1, EV_PERSIST, round_cb, NULL);
+	event_add(round_ev, &tv);
+}
+
+void
+health_stop(void)
+{
+	if (round_ev != NULL)
+		event_free(round_ev);
+	round_ev = NULL;
+}

@@ -1,0 +1,313 @@
+/*
+ * sandboxd: load and check the configuration, take the state directory,
+ * listen, take back our sandboxes from a previous run, fill the pools, and
+ * serve until SIGTERM or SIGINT. At shutdown, with AUTO_CLEANUP, every
+ * sandbox we made is removed (and a last sweep by label catches any
+ * container no record knew) before we exit; without it, the state file
+ * keeps them for the next start. A second signal exits at once.
+ */
+#include "sandboxd.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "backend.h"
+#include "log.h"
+#include "spawn.h"
+#include "xmalloc.h"
+
+/* How long shutdown waits for removals before giving up on them. */
+#define SHUTDOWN_DEADLINE 90.0
+
+struct sandboxd sd;
+
+static struct http_route *all_routes;
+static struct event *shutdown_ev;
+static double shutdown_deadline;
+static size_t sweep_pending;
+static int sweeping;
+
+static void
+adopted_cb(void *arg)
+{
+	(void)arg;
+	sd.ready = 1;
+	pool_refill();
+}
+
+static void
+finish(void)
+{
+	log_info("sandboxd: bye");
+	event_base_loopexit(sd.base, NULL);
+}
+
+static void
+swept_cb(const struct error *err, void *arg)
+{
+	(void)arg;
+	if (err != NULL)
+		log_error("shutdown: %s", err->msg);
+	if (--sweep_pending == 0)
+		finish();
+}
+
+/* The last sweep: whatever still carries our label goes. */
+static void
+sweep_cb(const struct backend_container *v, size_t n, const struct error *err,
+    void *arg)
+{
+	(void)arg;
+	if (err != NULL) {
+		log_error("shutdown: cannot list containers for the last sweep: "
+		    "%s", err->msg);
+		finish();
+		return;
+	}
+	sweep_pending = 1;
+	for (size_t i = 0; i < n; i++) {
+		log_warn("shutdown: removing leftover container %s", v[i].name);
+		sweep_pending++;
+		sd.backend->ops->remove(sd.backend, v[i].id, swept_cb, NULL);
+	}
+	swept_cb(NULL, NULL);
+}
+
+static void
+shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (sweeping)
+		return;
+	if (lifecycle_busy() > 0 && sandboxd_now() < shutdown_deadline)
+		return;
+	if (lifecycle_busy() > 0)
+		log_error("shutdown: %zu operations still running after %.0f s; "
+		    "exiting anyway", lifecycle_busy(), SHUTDOWN_DEADLINE);
+	state_flush();
+	if (!sd.cfg.auto_cleanup) {
+		log_info("shutdown: AUTO_CLEANUP is off: %zu sandboxes keep "
+		    "running and will be taken back at the next start",
+		    sandbox_count_live());
+		finish();
+		return;
+	}
+	sweeping = 1;
+	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
+	    state_instance(), sweep_cb, NULL);
+}
+
+static void
+shutdown_released_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)arg;
+	if (err != NULL)
+		log_error("shutdown: cannot remove %s: %s", sb->name, err->msg);
+}
+
+static void
+signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct timeval tick = { 0, 50000 };
+	struct sandbox *sb, *next;
+
+	(void)what;
+	(void)arg;
+	if (sd.shutting_down) {
+		log_warn("signal %d again: exiting now", (int)sig);
+		state_flush();
+		event_base_loopbreak(sd.base);
+		return;
+	}
+	log_info("signal %d: shutting down%s", (int)sig, sd.cfg.auto_cleanup ?
+	    ", removing every sandbox (AUTO_CLEANUP)" : "");
+	sd.shutting_down = 1;
+	http_server_close_listeners(sd.http);
+	pool_stop();
+	health_stop();
+	sessions_stop();
+	shutdown_deadline = sandboxd_now() + SHUTDOWN_DEADLINE;
+	if (sd.cfg.auto_cleanup) {
+		for (sb = sandbox_first(); sb != NULL; sb = next) {
+			next = sandbox_next(sb);
+			if (sb->state != SB_RELEASED)
+				lifecycle_release(sb, shutdown_released_cb, NULL);
+		}
+	}
+	shutdown_ev = event_new(sd.base, -1, EV_PERSIST, shutdown_tick_cb, NULL);
+	event_add(shutdown_ev, &tick);
+}
+
+static struct http_route *
+merged_routes(size_t *n)
+{
+	const struct http_route *a, *b;
+	struct http_route *all;
+	size_t na, nb;
+
+	a = api_agentscope_routes(&na);
+	b = api_rest_routes(&nb);
+	all = xcalloc(na + nb, sizeof *all);
+	memcpy(all, a, na * sizeof *a);
+	memcpy(all + na, b, nb * sizeof *b);
+	*n = na + nb;
+	return all;
+}
+
+static int
+listen_all(struct error *err)
+{
+	char *addr;
+	int rc;
+
+	if (strchr(sd.cfg.host, ':') != NULL)
+		addr = xasprintf("[%s]:%ld", sd.cfg.host, sd.cfg.port);
+	else
+		addr = xasprintf("%s:%ld", sd.cfg.host, sd.cfg.port);
+	rc = http_server_listen(sd.http, addr, err);
+	free(addr);
+	if (rc < 0)
+		return -1;
+	if (sd.cfg.port == 0)
+		sd.cfg.port = http_server_bound_port(sd.http);
+	log_info("listening on %s:%ld", sd.cfg.host, sd.cfg.port);
+	if (sd.cfg.unix_socket != NULL) {
+		addr = xasprintf("unix:%s", sd.cfg.unix_socket);
+		rc = http_server_listen(sd.http, addr, err);
+		free(addr);
+		if (rc < 0)
+			return -1;
+		log_info("listening on unix:%s", sd.cfg.unix_socket);
+	}
+	return 0;
+}
+
+static int
+setup(int argc, char **argv)
+{
+	struct http_server_config hc = { 0 };
+	struct sockaddr_un sun;
+	struct error err = { 0 };
+	int help, version;
+	size_t nroutes;
+
+	if (sandboxd_config_load(&sd.cfg, argc, argv, &help, &version,
+	    &err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 2;
+	}
+	if (help) {
+		sandboxd_config_usage(stdout);
+		return 0;
+	}
+	if (version) {
+		printf("sandboxd %s\n", VERSION);
+		return 0;
+	}
+	if (sd.cfg.debug)
+		log_set_level(LOG_DEBUG);
+	if (sd.cfg.log_level != NULL) {
+		enum log_level level;
+
+		log_parse_level(sd.cfg.log_level, &level);
+		log_set_level(level);
+	}
+	/* <state>/run/<16 hex>/agent.sock must fit a unix socket address. */
+	if (strlen(sd.cfg.state_dir) + 5 + 16 + 11 >= sizeof sun.sun_path) {
+		fprintf(stderr, "sandboxd: SANDBOXD_STATE_DIR: %s is too long for "
+		    "the agents' unix socket paths (at most %zu characters)\n",
+		    sd.cfg.state_dir, sizeof sun.sun_path - 33);
+		return 2;
+	}
+
+	sd.base = event_base_new();
+	if (sd.base == NULL)
+		fatal("cannot create the event loop");
+	sd.started = sandboxd_now();
+	spawn_init(sd.base);
+	if (state_init(sd.cfg.state_dir, &err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 1;
+	}
+	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
+	sd.backend = backend_docker_new(sd.base, sd.cfg.docker_host,
+	    (size_t)sd.cfg.docker_parallel);
+
+	all_routes = merged_routes(&nroutes);
+	hc.routes = all_routes;
+	hc.nroutes = nroutes;
+	hc.token = sd.cfg.bearer_token;
+	hc.auth_status = 401;
+	hc.auth_missing_detail = "Authentication required";
+	hc.auth_wrong_detail = "Invalid authentication credentials";
+	hc.access_log = sd.cfg.access_log;
+	hc.server_name = "sandboxd/" VERSION;
+	sd.http = http_server_new(sd.base, &hc);
+	if (listen_all(&err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 1;
+	}
+	sessions_init();
+	pool_init();
+	health_init();
+	adopt_start(adopted_cb, NULL);
+	log_info("sandboxd %s: instance %s, state %s, workspaces %s, pools %s "
+	    "x%ld, %s", VERSION, state_instance(), sd.cfg.state_dir,
+	    sd.cfg.mount_dir, sd.cfg.default_type, sd.cfg.pool_size,
+	    sd.cfg.bearer_token != NULL ? "bearer auth" : "NO AUTH");
+	return -1;
+}
+
+static void
+teardown(void)
+{
+	adopt_stop();
+	state_close();
+	if (shutdown_ev != NULL)
+		event_free(shutdown_ev);
+	pool_stop();
+	health_stop();
+	sessions_free();
+	sandbox_free_all();
+	http_server_free(sd.http);
+	free(all_routes);
+	sd.backend->ops->free(sd.backend);
+	ports_free(sd.ports);
+	metrics_free();
+	types_free();
+	sandboxd_config_free(&sd.cfg);
+	event_base_free(sd.base);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct event *sigterm, *sigint;
+	int rc;
+
+	log_init("sandboxd");
+	signal(SIGPIPE, SIG_IGN);
+	rc = setup(argc, argv);
+	if (rc >= 0) {
+		types_free();
+		sandboxd_config_free(&sd.cfg);
+		return rc;
+	}
+	sigterm = evsignal_new(sd.base, SIGTERM, signal_cb, NULL);
+	sigint = evsignal_new(sd.base, SIGINT, signal_cb, NULL);
+	event_add(sigterm, NULL);
+	event_add(sigint, NULL);
+	event_base_dispatch(sd.base);
+	event_free(sigterm);
+	event_free(sigint);
+	teardown();
+	return 0;
+}

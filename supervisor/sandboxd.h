@@ -1,0 +1,425 @@
+/*
+ * sandboxd: the host supervisor. One libevent loop creates, pools, watches
+ * and fronts sandboxes; every step that waits on Docker, an agent or a client
+ * is a callback, never a blocking call.
+ *
+ * Files, one job each: main.c (start, signals, shutdown), config.c (options),
+ * types.c (type registry), ports.c (host port allocator), sandbox.c
+ * (records), lifecycle.c (create / release / start / stop), workspace.c
+ * (workspace directories, keep and restore), state.c (state file), adopt.c
+ * (re-adoption at start), pool.c (warm pools), sessions.c, health.c,
+ * agent_client.c (calls to agents), proxy.c (streaming proxy),
+ * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
+ * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
+ */
+#ifndef SANDBOXD_H
+#define SANDBOXD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/queue.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "error.h"
+#include "http.h"
+#include "token.h"
+
+struct event;
+struct event_base;
+struct backend;
+struct ports;
+
+/* config.c */
+
+/* A READONLY_MOUNTS entry. */
+struct ro_mount {
+	char *host;
+	char *container;
+};
+
+/* The whole configuration; lives until exit (sandboxd_config_free). */
+struct sandboxd_config {
+	/* Keys of the spec. */
+	char *host;
+	long port;
+	long workers;
+	int debug;
+	char *bearer_token;		/* NULL or "": no auth */
+	char *default_type;		/* comma list: one pool each */
+	long pool_size;
+	int auto_cleanup;
+	char *prefix;			/* CONTAINER_PREFIX_KEY */
+	char *deployment;		/* only "docker" for now */
+	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
+	char *readonly_mounts;
+	char *storage_folder;		/* NULL: workspaces are not kept */
+	char *port_range;
+	int redis_enabled;
+	char *redis_server;
+	long redis_port;
+	long redis_db;
+	char *redis_user;
+	char *redis_password;
+	long max_instances;		/* 0: no limit */
+	double heartbeat_timeout;	/* seconds; 0: sessions never expire */
+	char *k8s_namespace;
+	char *kubeconfig;
+	char *registry;			/* RUNTIME_SANDBOX_REGISTRY */
+	char *image_namespace;		/* RUNTIME_SANDBOX_IMAGE_NAMESPACE */
+	char *image_tag;		/* RUNTIME_SANDBOX_IMAGE_TAG */
+
+	/* Ours. */
+	char *config_file;
+	char *unix_socket;
+	char *state_dir;
+	char *types_file;
+	char *docker_host;
+	double create_timeout;		/* seconds until a new agent must answer */
+	double health_interval;		/* seconds between health rounds */
+	double proxy_timeout;		/* seconds without progress, agent calls */
+	char *allowed_mount_dirs;	/* comma list of roots for mount_dir */
+	char *public_url;		/* how clients reach us, for proxy urls */
+	long pool_parallel;		/* concurrent creates per pool */
+	long docker_parallel;		/* Engine API calls at once */
+	char *log_level;
+	int access_log;
+
+	/* Derived by validation. */
+	int port_lo, port_hi;
+	struct config_list pool_types;
+	struct config_list allowed_mounts;	/* absolute, canonical */
+	struct ro_mount *ro_mounts;
+	size_t nro_mounts;
+};
+
+/* Environment, ./.env, --config FILE, flags (later wins), then validation
+ * (types must be loaded first for DEFAULT_SANDBOX_TYPE: this loads
+ * --types itself). -1 with err naming the bad key. */
+int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
+    int *help, int *version, struct error *err);
+int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
+void sandboxd_config_usage(FILE *f);
+void sandboxd_config_free(struct sandboxd_config *cfg);
+/* "49152,59152", "[49152, 59152]" or "49152-59152". */
+int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
+
+/* types.c: the sandbox type registry. */
+
+/* Owned by the registry; lives until types_free. */
+struct sandbox_type {
+	char *name;
+	char *image;			/* full image reference */
+	json_t *environment;		/* object of strings */
+	int64_t memory;			/* bytes; 0: no limit */
+	int64_t nano_cpus;		/* 1e9 per CPU; 0: no limit */
+	int64_t pids;			/* 0: no limit */
+	char *network;			/* "none" or "bridge" */
+	struct config_list cap_add;	/* on top of CapDrop ALL */
+	char *tools;			/* agent --tools */
+	char *mcp_config;		/* agent --mcp-config (a path in the image) */
+	struct config_list agent_args;	/* more agent flags */
+	struct config_list entrypoint;	/* the image's own when empty */
+	struct config_list tool_names;	/* tools that make connect pick it */
+	double timeout;			/* seconds: the model's "timeout" */
+	int builtin;
+};
+
+/* Register the built-in types with images named from registry, namespace
+ * and tag (NULL: defaults). */
+void types_init(const char *registry, const char *image_namespace,
+    const char *tag);
+/* Add or override types from a JSON file {"types": {name: {...}}}. */
+int types_load_file(const char *path, const char *registry,
+    const char *image_namespace, const char *tag, struct error *err);
+int types_load_json(json_t *root, const char *source, const char *registry,
+    const char *image_namespace, const char *tag, struct error *err);
+const struct sandbox_type *types_find(const char *name);
+/* The type offering tool_name, or NULL. */
+const struct sandbox_type *types_for_tool(const char *tool_name);
+size_t types_count(void);
+const struct sandbox_type *types_at(size_t i);
+/* "<registry>/<namespace>/runtime-sandbox-<type>:<tag>". Caller frees. */
+char *types_image_name(const char *registry, const char *image_namespace,
+    const char *tag, const char *type);
+void types_free(void);
+
+/* ports.c: host ports from PORT_RANGE, never handed out twice. */
+struct ports *ports_new(int lo, int hi);
+void ports_free(struct ports *p);
+/* A free port that also binds on 127.0.0.1 now; -1 with err (503) when
+ * the range is exhausted. */
+int ports_alloc(struct ports *p, struct error *err);
+/* Mark a port taken (re-adoption); -1 if outside the range or taken. */
+int ports_reserve(struct ports *p, int port);
+void ports_release(struct ports *p, int port);
+size_t ports_in_use(const struct ports *p);
+size_t ports_capacity(const struct ports *p);
+
+/* sandbox.c: records. */
+
+enum sandbox_state {
+	SB_CREATING,
+	SB_WARM,		/* ready in a pool, no session */
+	SB_RUNNING,		/* handed out */
+	SB_UNHEALTHY,		/* handed out, agent or container failing */
+	SB_STOPPED,
+	SB_RELEASING,
+	SB_RELEASED,		/* container gone, record kept */
+};
+
+struct sandbox_waiter;
+struct lifecycle_op;
+
+/*
+ * One sandbox. Owned by the record list (sandbox.c); async work that may
+ * outlive a release holds a reference (sandbox_ref / sandbox_unref) and the
+ * record is freed when it is both dropped from the list and unreferenced.
+ */
+struct sandbox {
+	TAILQ_ENTRY(sandbox) entry;
+	int refs;
+	int listed;
+
+	char id[17];			/* 16 hex digits */
+	char *name;			/* container name: prefix + id */
+	char *container_id;		/* NULL until Docker created it */
+	char *type_name;
+	const struct sandbox_type *type;	/* NULL if the type vanished */
+	char *image;
+	char token[TOKEN_HEX_LEN];
+	int port;			/* host port; 0: none */
+	char *mount_dir;		/* host workspace */
+	int owns_mount;			/* we made mount_dir: we remove it */
+	char *storage_path;		/* where release keeps it; NULL: nowhere */
+	char *sock_dir;			/* host side of /run/sandbox-agent */
+	char *agent_addr;		/* "unix:<sock_dir>/agent.sock" */
+	char *session;			/* session_ctx_id or NULL */
+	json_t *meta;			/* object */
+	json_t *environment;		/* object given at create, or NULL */
+	double timeout;
+
+	enum sandbox_state state;
+	int for_pool;			/* created to fill a pool */
+	double created_at, updated_at;	/* epoch seconds */
+	int health_failures;
+	int health_probing;
+	char *last_error;		/* why it is unhealthy */
+
+	struct lifecycle_op *op;	/* the operation in progress, if any */
+	int release_requested;		/* release once op finishes */
+	struct sandbox_waiter *waiters;	/* told when the release ends */
+};
+
+TAILQ_HEAD(sandbox_list, sandbox);
+
+const char *sandbox_state_name(enum sandbox_state state);
+/* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
+int sandbox_state_live(enum sandbox_state state);
+/* A new record (CREATING), listed. Holds the list's reference. */
+struct sandbox *sandbox_new(const struct sandbox_type *type);
+void sandbox_ref(struct sandbox *sb);
+void sandbox_unref(struct sandbox *sb);
+/* Drop from the list (the record is freed once unreferenced). */
+void sandbox_forget(struct sandbox *sb);
+/* By container name, container id or a unique id prefix (>= 12 hex). */
+struct sandbox *sandbox_find(const char *identity);
+struct sandbox *sandbox_first(void);
+struct sandbox *sandbox_next(struct sandbox *sb);
+size_t sandbox_count_live(void);
+size_t sandbox_count(const char *type_name, enum sandbox_state state);
+void sandbox_set_state(struct sandbox *sb, enum sandbox_state state);
+void sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Released records beyond the cap are dropped, oldest first. */
+void sandbox_trim_released(size_t keep);
+/* The container model of the spec (get_info). New reference. */
+json_t *sandbox_model(const struct sandbox *sb);
+/* The URL a client uses to reach the agent directly ("url"). Caller frees. */
+char *sandbox_url(const struct sandbox *sb);
+void sandbox_free_all(void);
+
+/* lifecycle.c */
+
+typedef void (*sandbox_done_cb)(struct sandbox *sb, const struct error *err,
+    void *arg);
+
+struct create_request {
+	const struct sandbox_type *type;
+	const char *mount_dir;		/* NULL: DEFAULT_MOUNT_DIR/<id> */
+	const char *storage_path;	/* NULL: <id> under STORAGE_FOLDER */
+	json_t *environment;		/* borrowed; object or NULL */
+	json_t *meta;			/* borrowed; object or NULL */
+	const char *session;		/* borrowed */
+	int for_pool;
+};
+
+/* Start creating. Input and capacity errors come back at once (NULL, err:
+ * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
+ * WARM) or after everything made so far is removed again (err). */
+struct sandbox *lifecycle_create(const struct create_request *creq,
+    sandbox_done_cb done, void *arg, struct error *err);
+/* Remove the container, keep or delete the workspace, free the port:
+ * done(sb, NULL) with sb RELEASED. Already released: done at once. */
+void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
+void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
+void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Operations in flight (for shutdown). */
+size_t lifecycle_busy(void);
+
+/* workspace.c */
+
+/* Check a caller's mount_dir against ALLOWED_MOUNT_DIRS and the default
+ * mount dir; on success *out is its canonical absolute path (created if
+ * missing). 400 when outside. */
+int workspace_check_mount(const char *mount_dir, char **out, struct error *err);
+/* The storage directory for a storage_path (relative to STORAGE_FOLDER,
+ * or absolute inside it). 400 when outside. Caller frees *out. */
+int workspace_storage_path(const char *storage_path, char **out,
+    struct error *err);
+/* Make DEFAULT_MOUNT_DIR/<id>. Caller frees. */
+char *workspace_make(const char *id, struct error *err);
+/* Copy src's contents into dst (async, cp -a). */
+typedef void (*workspace_done_cb)(const struct error *err, void *arg);
+void workspace_copy(const char *src, const char *dst, workspace_done_cb done,
+    void *arg);
+/* Keep dir as dst, replacing what was there: moved (rename, else copy and
+ * remove) when move, else copied. */
+void workspace_keep(const char *dir, const char *dst, int move,
+    workspace_done_cb done, void *arg);
+void workspace_remove(const char *dir, workspace_done_cb done, void *arg);
+/* Make and remove the per-sandbox socket directory. */
+char *workspace_make_sock_dir(const char *id, struct error *err);
+void workspace_remove_sock_dir(const char *dir);
+/* Whether path exists as a directory. */
+int workspace_is_dir(const char *path);
+
+/* state.c: the state file under the state directory. */
+int state_init(const char *state_dir, struct error *err);
+const char *state_instance(void);
+/* Schedule a write (coalesced) / write now. */
+void state_dirty(void);
+void state_flush(void);
+/* The saved record of a container name, borrowed, or NULL. */
+json_t *state_saved(const char *name);
+/* name -> record of everything saved, borrowed (NULL after the free). */
+json_t *state_saved_all(void);
+/* Forget what was loaded once adoption is done. */
+void state_loaded_free(void);
+/* Write, unlock, free. */
+void state_close(void);
+
+/* adopt.c: take back our containers after a restart. */
+typedef void (*adopt_done_cb)(void *arg);
+void adopt_start(adopt_done_cb done, void *arg);
+/* At shutdown: drop a run that still waits for Docker. */
+void adopt_stop(void);
+
+/* pool.c */
+void pool_init(void);
+/* A warm sandbox of this type, now RUNNING, or NULL. */
+struct sandbox *pool_take(const struct sandbox_type *type);
+/* Bring every pool back to POOL_SIZE (in the background). */
+void pool_refill(void);
+int pool_is_pooled(const char *type_name);
+size_t pool_target(const char *type_name);
+void pool_stop(void);
+
+/* sessions.c */
+void sessions_init(void);
+/* Note activity on the session of sb (if any). */
+void sessions_touch_sandbox(struct sandbox *sb);
+void sessions_touch(const char *session);
+void sessions_bind(struct sandbox *sb, const char *session);
+/* Names of the live sandboxes of a session. New reference (array). */
+json_t *sessions_mapping(const char *session);
+json_t *sessions_keys(void);
+size_t sessions_count(void);
+/* The session id SandboxService builds from session_id and user_id.
+ * Caller frees. */
+char *sessions_ctx_id(const char *session_id, const char *user_id);
+/* Make sure a session exists, without counting activity (adoption). */
+void sessions_ensure(const char *session);
+/* For the state file: {id: last activity}, and back. */
+json_t *sessions_save(void);
+void sessions_restore(json_t *saved);
+/* Stop reaping (shutdown); sessions_free drops them all. */
+void sessions_stop(void);
+void sessions_free(void);
+
+/* health.c */
+void health_init(void);
+/* Probe the agent of sb once: done(ok). */
+typedef void (*health_probe_cb)(struct sandbox *sb, int ok, const char *why,
+    void *arg);
+void health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
+    void *arg);
+void health_stop(void);
+
+/* agent_client.c: calls from sandboxd to an agent. */
+typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
+    const struct error *err, void *arg);
+/* A JSON call to the agent of sb, with its token. */
+void agent_call_json(struct sandbox *sb, const char *method,
+    const char *target, json_t *body, double timeout, agent_json_cb done,
+    void *arg);
+/* Forward a JSON body to the agent and answer req with {"data": <the
+ * agent's answer>}, streamed; agent errors become "Error in <what>: ...". */
+void agent_relay(struct http_request *req, struct sandbox *sb,
+    const char *target, json_t *body, const char *what);
+
+/* proxy.c */
+/* Forward req (method, query, headers, body) to path on sb's agent. */
+void proxy_forward(struct http_request *req, struct sandbox *sb,
+    const char *target);
+void proxy_route(struct http_request *req, void *arg);
+/* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
+int proxy_authorized(struct http_request *req, const struct sandbox *sb);
+
+/* api_agentscope.c, api_rest.c: route tables. */
+const struct http_route *api_agentscope_routes(size_t *n);
+const struct http_route *api_rest_routes(size_t *n);
+/* Shared helpers of the two APIs. */
+int api_parse_create(json_t *args, struct create_request *creq,
+    const char *type_key, struct error *err);
+
+/* metrics.c */
+enum metric_counter {
+	M_CREATES,
+	M_CREATE_FAILURES,
+	M_RELEASES,
+	M_POOL_TAKES,
+	M_POOL_MISSES,
+	M_HEALTH_FAILURES,
+	M_PROXIED,
+	M_ADOPTED,
+	M_COUNTERS
+};
+void metrics_count(enum metric_counter c, const char *type_name);
+void metrics_create_seconds(const char *type_name, double seconds);
+void metrics_route(struct http_request *req, void *arg);
+void metrics_free(void);
+
+/* main.c: the process-wide state. */
+struct sandboxd {
+	struct event_base *base;
+	struct sandboxd_config cfg;
+	struct http_server *http;
+	struct backend *backend;
+	struct ports *ports;
+	int ready;			/* adoption done: pools may fill */
+	int shutting_down;
+	double started;
+};
+
+extern struct sandboxd sd;
+
+/* Seconds since the epoch, with fractions. */
+double sandboxd_now(void);
+/* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
+void sandboxd_reply_rpc_error(struct http_request *req, const char *what,
+    const struct error *err);
+
+#endif

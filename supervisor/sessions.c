@@ -1,0 +1,276 @@
+/*
+ * Sessions: a session_ctx_id binds sandboxes together (meta.session_ctx_id
+ * on create, or our /v1/sessions/connect). Every call that goes through us to
+ * one of its sandboxes counts as activity; a session idle for longer than
+ * HEARTBEAT_TIMEOUT has its sandboxes released by the reaper.
+ */
+#include "sandboxd.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+/* Activity is saved to the state file at this granularity, not on every
+ * call. */
+#define SAVE_GRANULARITY 5.0
+
+/* Owned by the session list. */
+struct session {
+	LIST_ENTRY(session) entry;
+	char *id;
+	double last;		/* last activity, epoch seconds */
+	double saved;		/* last value the state file has */
+};
+
+static LIST_HEAD(, session) sessions = LIST_HEAD_INITIALIZER(sessions);
+static struct event *reap_ev;
+
+static struct session *
+find(const char *id)
+{
+	struct session *s;
+
+	LIST_FOREACH(s, &sessions, entry) {
+		if (strcmp(s->id, id) == 0)
+			return s;
+	}
+	return NULL;
+}
+
+static struct session *
+get(const char *id)
+{
+	struct session *s = find(id);
+
+	if (s == NULL) {
+		s = xcalloc(1, sizeof *s);
+		s->id = xstrdup(id);
+		s->last = sandboxd_now();
+		LIST_INSERT_HEAD(&sessions, s, entry);
+		state_dirty();
+	}
+	return s;
+}
+
+static void
+session_free(struct session *s)
+{
+	LIST_REMOVE(s, entry);
+	free(s->id);
+	free(s);
+}
+
+void
+sessions_touch(const char *id)
+{
+	struct session *s;
+
+	if (id == NULL)
+		return;
+	s = get(id);
+	s->last = sandboxd_now();
+	if (fabs(s->last - s->saved) >= SAVE_GRANULARITY) {
+		s->saved = s->last;
+		state_dirty();
+	}
+}
+
+void
+sessions_touch_sandbox(struct sandbox *sb)
+{
+	sessions_touch(sb->session);
+}
+
+void
+sessions_bind(struct sandbox *sb, const char *id)
+{
+	free(sb->session);
+	sb->session = id != NULL ? xstrdup(id) : NULL;
+	if (id != NULL) {
+		json_object_set_new(sb->meta, "session_ctx_id", json_string(id));
+		sessions_touch(id);
+	}
+	state_dirty();
+}
+
+static int
+bound_live(const struct sandbox *sb, const char *id)
+{
+	return sb->session != NULL && strcmp(sb->session, id) == 0 &&
+	    sb->state != SB_RELEASED && sb->state != SB_RELEASING;
+}
+
+json_t *
+sessions_mapping(const char *id)
+{
+	json_t *names = json_array();
+	struct sandbox *sb;
+
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (bound_live(sb, id))
+			json_array_append_new(names, json_string(sb->name));
+	}
+	return names;
+}
+
+static size_t
+live_count(const char *id)
+{
+	struct sandbox *sb;
+	size_t n = 0;
+
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb))
+		n += bound_live(sb, id);
+	return n;
+}
+
+json_t *
+sessions_keys(void)
+{
+	json_t *keys = json_array();
+	struct session *s;
+
+	LIST_FOREACH(s, &sessions, entry) {
+		if (live_count(s->id) > 0)
+			json_array_append_new(keys, json_string(s->id));
+	}
+	return keys;
+}
+
+size_t
+sessions_count(void)
+{
+	struct session *s;
+	size_t n = 0;
+
+	LIST_FOREACH(s, &sessions, entry)
+		n += live_count(s->id) > 0;
+	return n;
+}
+
+char *
+sessions_ctx_id(const char *session_id, const char *user_id)
+{
+	if (user_id == NULL || *user_id == '\0')
+		return xstrdup(session_id);
+	return xasprintf("%s_%s", session_id, user_id);
+}
+
+json_t *
+sessions_save(void)
+{
+	json_t *obj = json_object();
+	struct session *s;
+
+	LIST_FOREACH(s, &sessions, entry)
+		json_object_set_new(obj, s->id, json_real(s->last));
+	return obj;
+}
+
+void
+sessions_restore(json_t *saved)
+{
+	const char *id;
+	json_t *v;
+
+	json_object_foreach(saved, id, v) {
+		struct session *s;
+
+		if (!json_is_number(v))
+			continue;
+		s = get(id);
+		s->last = s->saved = json_number_value(v);
+	}
+}
+
+static void
+reaped_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)arg;
+	if (err != NULL)
+		log_warn("session reaper: cannot release %s: %s", sb->name,
+		    err->msg);
+}
+
+static void
+reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
+	struct session *s, *next;
+
+	(void)fd;
+	(void)what;
+	(void)arg;
+	for (s = LIST_FIRST(&sessions); s != NULL; s = next) {
+		struct sandbox *sb, *sbnext;
+
+		next = LIST_NEXT(s, entry);
+		if (live_count(s->id) == 0) {
+			/* Nothing bound: keep an empty session only while it
+			 * could still be fresh (a connect in flight). */
+			if (now - s->last > 60) {
+				session_free(s);
+				state_dirty();
+			}
+			continue;
+		}
+		if (timeout <= 0 || now - s->last <= timeout)
+			continue;
+		log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT %.0f): "
+		    "releasing its sandboxes", s->id, now - s->last, timeout);
+		for (sb = sandbox_first(); sb != NULL; sb = sbnext) {
+			sbnext = sandbox_next(sb);
+			if (bound_live(sb, s->id))
+				lifecycle_release(sb, reaped_cb, NULL);
+		}
+		/* Touch it so it is not reaped again while releases run. */
+		s->last = now;
+	}
+}
+
+void
+sessions_init(void)
+{
+	double t = sd.cfg.heartbeat_timeout > 0 ?
+	    sd.cfg.heartbeat_timeout / 4 : 5;
+	struct timeval tv;
+
+	if (t < 0.2)
+		t = 0.2;
+	if (t > 5)
+		t = 5;
+	tv.tv_sec = (time_t)t;
+	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	reap_ev = event_new(sd.base, -1, EV_PERSIST, reap_cb, NULL);
+	event_add(reap_ev, &tv);
+}
+
+void
+sessions_ensure(const char *id)
+{
+	if (id != NULL)
+		get(id);
+}
+
+void
+sessions_stop(void)
+{
+	if (reap_ev != NULL)
+		event_free(reap_ev);
+	reap_ev = NULL;
+}
+
+void
+sessions_free(void)
+{
+	struct session *s;
+
+	sessions_stop();
+	while ((s = LIST_FIRST(&sessions)) != NULL)
+		session_free(s);
+}

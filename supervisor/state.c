@@ -1,0 +1,249 @@
+/*
+ * The state directory: our instance id (the label value that marks our
+ * containers), a lock so two supervisors never share it, and state.json with
+ * the records of live sandboxes and the sessions' last activity, so a
+ * restarted sandboxd can take its sandboxes back. Writes are coalesced (one
+ * per burst of changes) and atomic (write a temporary file, rename).
+ */
+#include "sandboxd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+#define STATE_WRITE_DELAY_US 50000
+
+static char instance[TOKEN_HEX_LEN];
+static char *state_path;
+static struct event *write_ev;
+static json_t *loaded;		/* name -> record, from the last run */
+static int lock_fd = -1;
+
+const char *
+state_instance(void)
+{
+	return instance;
+}
+
+static int
+read_instance(const char *dir, struct error *err)
+{
+	char *path = xasprintf("%s/instance", dir);
+	char buf[64];
+	ssize_t n = -1;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+	}
+	if (n >= 32) {
+		memcpy(instance, buf, 32);
+		instance[32] = '\0';
+		if (strspn(instance, "0123456789abcdef") == 32) {
+			free(path);
+			return 0;
+		}
+	}
+	token_random_hex(instance);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, instance, 32) != 32 || write(fd, "\n", 1) != 1) {
+		error_set_errno(err, 500, errno, "cannot write %s", path);
+		if (fd >= 0)
+			close(fd);
+		free(path);
+		return -1;
+	}
+	close(fd);
+	free(path);
+	return 0;
+}
+
+static json_t *
+record(const struct sandbox *sb)
+{
+	json_t *r = json_object();
+
+	json_object_set_new(r, "id", json_string(sb->id));
+	json_object_set_new(r, "name", json_string(sb->name));
+	if (sb->container_id != NULL)
+		json_object_set_new(r, "container_id",
+		    json_string(sb->container_id));
+	json_object_set_new(r, "type", json_string(sb->type_name));
+	json_object_set_new(r, "image", json_string(sb->image));
+	json_object_set_new(r, "token", json_string(sb->token));
+	json_object_set_new(r, "port", json_integer(sb->port));
+	if (sb->mount_dir != NULL)
+		json_object_set_new(r, "mount_dir", json_string(sb->mount_dir));
+	json_object_set_new(r, "owns_mount", json_boolean(sb->owns_mount));
+	if (sb->storage_path != NULL)
+		json_object_set_new(r, "storage_path",
+		    json_string(sb->storage_path));
+	if (sb->session != NULL)
+		json_object_set_new(r, "session", json_string(sb->session));
+	json_object_set_new(r, "meta", json_incref(sb->meta));
+	json_object_set_new(r, "state",
+	    json_string(sandbox_state_name(sb->state)));
+	json_object_set_new(r, "for_pool", json_boolean(sb->for_pool));
+	json_object_set_new(r, "created_at", json_real(sb->created_at));
+	json_object_set_new(r, "timeout", json_real(sb->timeout));
+	return r;
+}
+
+void
+state_flush(void)
+{
+	json_t *root, *list = json_array();
+	struct sandbox *sb;
+	char *tmp;
+	int fd, ok;
+
+	if (state_path == NULL)
+		return;
+	if (write_ev != NULL)
+		event_del(write_ev);
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		/* A container may exist from the moment we ask for it. */
+		if (sb->state != SB_RELEASED)
+			json_array_append_new(list, record(sb));
+	}
+	root = json_pack("{s:i,s:s,s:o,s:o}", "version", 1, "instance",
+	    instance, "sandboxes", list, "sessions", sessions_save());
+	tmp = xasprintf("%s.tmp", state_path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ok = fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0;
+	if (fd >= 0)
+		ok &= close(fd) == 0;
+	if (!ok || rename(tmp, state_path) < 0) {
+		log_error("cannot write the state file %s: %s", state_path,
+		    strerror(errno));
+		unlink(tmp);
+	}
+	free(tmp);
+	json_decref(root);
+}
+
+static void
+write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	state_flush();
+}
+
+void
+state_dirty(void)
+{
+	struct timeval tv = { 0, STATE_WRITE_DELAY_US };
+
+	if (write_ev == NULL || evtimer_pending(write_ev, NULL))
+		return;
+	evtimer_add(write_ev, &tv);
+}
+
+static void
+load(void)
+{
+	json_error_t jerr;
+	json_t *root, *list, *r, *sessions;
+	size_t i;
+
+	loaded = json_object();
+	root = json_load_file(state_path, 0, &jerr);
+	if (root == NULL) {
+		if (access(state_path, F_OK) == 0)
+			log_warn("ignoring the unreadable state file %s: %s",
+			    state_path, jerr.text);
+		return;
+	}
+	if (strcmp(json_string_value(json_object_get(root, "instance")) ?
+	    json_string_value(json_object_get(root, "instance")) : "",
+	    instance) != 0) {
+		log_warn("the state file %s belongs to another instance; "
+		    "ignoring it", state_path);
+		json_decref(root);
+		return;
+	}
+	list = json_object_get(root, "sandboxes");
+	json_array_foreach(list, i, r) {
+		const char *name = json_string_value(json_object_get(r, "name"));
+
+		if (name != NULL)
+			json_object_set(loaded, name, r);
+	}
+	sessions = json_object_get(root, "sessions");
+	if (json_is_object(sessions))
+		sessions_restore(sessions);
+	json_decref(root);
+}
+
+int
+state_init(const char *dir, struct error *err)
+{
+	char *lock_path = xasprintf("%s/lock", dir);
+
+	lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock_fd < 0) {
+		error_set_errno(err, 500, errno, "cannot open %s", lock_path);
+		free(lock_path);
+		return -1;
+	}
+	if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		error_set(err, 409, "another sandboxd is using the state "
+		    "directory %s (SANDBOXD_STATE_DIR)", dir);
+		free(lock_path);
+		return -1;
+	}
+	free(lock_path);
+	if (read_instance(dir, err) < 0)
+		return -1;
+	state_path = xasprintf("%s/state.json", dir);
+	write_ev = evtimer_new(sd.base, write_cb, NULL);
+	load();
+	return 0;
+}
+
+json_t *
+state_saved(const char *name)
+{
+	return loaded != NULL ? json_object_get(loaded, name) : NULL;
+}
+
+json_t *
+state_saved_all(void)
+{
+	return loaded;
+}
+
+void
+state_loaded_free(void)
+{
+	json_decref(loaded);
+	loaded = NULL;
+}
+
+void
+state_close(void)
+{
+	state_flush();
+	if (write_ev != NULL)
+		event_free(write_ev);
+	write_ev = NULL;
+	free(state_path);
+	state_path = NULL;
+	state_loaded_free();
+	if (lock_fd >= 0)
+		close(lock_fd);
+	lock_fd = -1;
+}

@@ -1,0 +1,76 @@
+"""Warm pools: filled at start, a take answers from the pool, the pool
+refills in the background; one pool per type of DEFAULT_SANDBOX_TYPE."""
+from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
+                               wait_until, write_types)
+
+
+def pool_ready(s, type_name="minimal"):
+    return s.metrics()[f'sandboxd_pool_ready{{type="{type_name}"}}']
+
+
+def test_pool_fills_takes_and_refills(start_sandboxd):
+    s = start_sandboxd(env={"POOL_SIZE": "2"})
+    wait_until(lambda: pool_ready(s) == 2, 60, what="pool of 2")
+    warm = {n for n, st in s.containers().items() if st == "running"}
+    assert len(warm) == 2
+    for n in warm:
+        assert s.rpc("get_info", identity=n)["state"] == "warm"
+
+    name = s.rpc("create_from_pool", sandbox_type="minimal",
+                 meta={"session_ctx_id": "p1"})
+    # The take is one of the warm ones, not a new container.
+    assert name in warm
+    info = s.rpc("get_info", identity=name)
+    assert info["state"] == "running"
+    assert info["session_ctx_id"] == "p1"
+    assert s.shell(name, "echo ok")["stdout"] == "ok\n"
+    m = s.metrics()
+    assert m['sandboxd_pool_takes_total{type="minimal"}'] == 1
+
+    # Refilled in the background back to 2 warm ones.
+    wait_until(lambda: pool_ready(s) == 2, 60, what="refill")
+    assert len(s.containers()) == 3
+
+    # Releasing the taken one does not shrink the pool.
+    s.rpc("release", identity=name)
+    assert pool_ready(s) == 2
+
+
+def test_pool_empty_falls_back_to_create(start_sandboxd):
+    s = start_sandboxd(env={"POOL_SIZE": "1", "SANDBOXD_POOL_PARALLEL": "1"})
+    wait_until(lambda: pool_ready(s) == 1, 60, what="pool of 1")
+    a = s.rpc("create_from_pool", sandbox_type="minimal")
+    b = s.rpc("create_from_pool", sandbox_type="minimal")
+    assert a and b and a != b
+    assert s.rpc("get_info", identity=b)["state"] == "running"
+    assert s.metrics()['sandboxd_pool_misses_total{type="minimal"}'] >= 1
+
+
+def test_one_pool_per_type(start_sandboxd, scratch):
+    d = scratch("sbxd-types-")
+    types = write_types(d, {"tiny": {"from": "minimal", "memory": "64M"}})
+    s = start_sandboxd(env={"POOL_SIZE": "1",
+                            "DEFAULT_SANDBOX_TYPE": "minimal,tiny"},
+                       args=["--types", types])
+    wait_until(lambda: pool_ready(s, "minimal") == 1 and
+               pool_ready(s, "tiny") == 1, 60, what="two pools")
+    name = s.rpc("create_from_pool", sandbox_type="tiny")
+    info = s.rpc("get_info", identity=name)
+    assert info["sandbox_type"] == "tiny"
+    assert s.inspect(name)["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    # A type without a pool is created on demand.
+    base_like = s.rpc("create_from_pool", sandbox_type="minimal")
+    assert s.rpc("get_info", identity=base_like)["sandbox_type"] == "minimal"
+
+
+def test_pool_respects_the_instance_limit(start_sandboxd):
+    s = start_sandboxd(env={"POOL_SIZE": "3", "MAX_SANDBOX_INSTANCES": "2"})
+    wait_until(lambda: pool_ready(s) == 2, 60, what="pool capped at 2")
+    assert len(s.containers()) == 2
+    # Taking one leaves room for nothing new: the pool stays at 1.
+    s.rpc("create_from_pool", sandbox_type="minimal")
+    r = s.post("/create", {"sandbox_type": "minimal"})
+    assert r.status_code == 200
+    assert r.json()["data"] is None
+    assert "MAX_SANDBOX_INSTANCES" in r.json()["detail"]
+    assert len(s.containers()) == 2

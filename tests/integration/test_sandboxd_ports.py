@@ -1,0 +1,75 @@
+"""Bridge sandboxes: a host port from PORT_RANGE on 127.0.0.1 only, never
+handed out twice even under concurrent creates, given back on release; an
+exhausted range is a clear 503 with nothing half-made."""
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
+                               wait_until, write_types)
+
+LO, HI = 62200, 62202
+
+
+@pytest.fixture
+def bridged(start_sandboxd, scratch):
+    types = write_types(scratch(), {"net": {"from": "minimal",
+                                            "network": "bridge"}})
+    return start_sandboxd(env={"PORT_RANGE": f"{LO},{HI}"},
+                          args=["--types", types])
+
+
+def test_concurrent_creates_get_distinct_ports(bridged):
+    s = bridged
+
+    def create(_):
+        return s.post("/v1/sandboxes", {"type": "net"})
+
+    with ThreadPoolExecutor(5) as ex:
+        answers = list(ex.map(create, range(5)))
+    ok = [r.json() for r in answers if r.status_code == 201]
+    refused = [r for r in answers if r.status_code != 201]
+    assert len(ok) == HI - LO + 1
+    for r in refused:
+        assert r.status_code == 503
+        assert "PORT_RANGE" in r.json()["detail"]
+    ports = [m["ports"][0] for m in ok]
+    assert len(set(ports)) == len(ports)
+    assert all(LO <= p <= HI for p in ports)
+    assert len(s.containers()) == len(ok)
+    assert s.metrics()["sandboxd_ports_in_use"] == len(ok)
+
+    for m in ok:
+        # Published on loopback only.
+        binding = s.inspect(m["container_name"])["HostConfig"]["PortBindings"]
+        assert binding == {"8000/tcp": [{"HostIp": "127.0.0.1",
+                                         "HostPort": str(m["ports"][0])}]}
+        # The url works directly, as the SDK uses it: url + "/fastapi".
+        assert m["url"] == f"http://127.0.0.1:{m['ports'][0]}"
+        r = requests.post(m["url"] + "/fastapi/tools/run_shell_command",
+                          json={"command": "echo direct"},
+                          headers={"Authorization": f"Bearer {m['runtime_token']}"})
+        assert r.status_code == 200
+        assert r.json()["content"][0]["text"] == "direct\n"
+
+    # The spec's route answers null when no port is left.
+    r = s.post("/create", {"sandbox_type": "net"})
+    assert r.json()["data"] is None and "PORT_RANGE" in r.json()["detail"]
+
+    # A release gives its port back.
+    gone = ok[0]
+    assert s.delete("/v1/sandboxes/" + gone["container_name"]).status_code == 200
+    assert s.metrics()["sandboxd_ports_in_use"] == len(ok) - 1
+    r = s.post("/v1/sandboxes", {"type": "net"})
+    assert r.status_code == 201
+    assert r.json()["ports"] == [gone["ports"][0]]
+
+
+def test_network_none_publishes_nothing(bridged):
+    s = bridged
+    name = s.create()
+    c = s.inspect(name)
+    assert c["HostConfig"]["NetworkMode"] == "none"
+    assert not c["HostConfig"]["PortBindings"]
+    assert s.metrics()["sandboxd_ports_in_use"] == 0
