@@ -68,6 +68,10 @@ int healthcheck_run(const struct config_list *listen, const char *token);
 /* run_as.c: --run-as without the capabilities to switch users is
  * dropped, with a warning, so that commands still run. */
 void run_as_check(struct agent *agent);
+/* The calling thread (a worker's) touches files as the user commands run
+ * as: what it creates is theirs, and it may only do what they may. The
+ * file-system ids are per thread; the loop thread keeps root's. */
+void run_as_files(const struct agent *agent);
 
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/fsuid.h>
 
 #include <event2/buffer.h>
 #include <git2.h>
@@ -365,10 +364,7 @@ job_run(void *arg)
 	/* Files the agent writes into .git must belong to the user commands
 	 * run as, or that user's own git could no longer write there; the
 	 * filesystem ids are per thread, so only this worker changes. */
-	if (job->agent->drop_ids) {
-		setfsgid(job->agent->gid);
-		setfsuid(job->agent->uid);
-	}
+	run_as_files(job->agent);
 	repo = open_workspace(job->agent->ws.real_root, &job->err);
 	if (repo == NULL) {
 		job->failed = 1;

@@ -58,7 +58,8 @@ static const struct config_option options[] = {
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
 	    "SECONDS", "default timeout of a command (default 300)" },
 	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
-	    "UID:GID", "run commands as this user (when started as root)" },
+	    "UID:GID", "run commands as this user (when started as root; "
+	    "empty: as root)" },
 	{ "--python", "AGENT_PYTHON", CONFIG_STRING, &agent.cfg.python, "PATH",
 	    "Python interpreter of the IPython kernel (default python3)" },
 	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
@@ -226,7 +227,8 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
 		return 2;
 	}
-	if (agent.cfg.run_as != NULL && parse_run_as(agent.cfg.run_as, &err) < 0) {
+	if (agent.cfg.run_as != NULL && *agent.cfg.run_as != '\0' &&
+	    parse_run_as(agent.cfg.run_as, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}

@@ -39,3 +39,12 @@ run_as_check(struct agent *agent)
 	    "to run them as the user)", (unsigned)agent->uid,
 	    (unsigned)agent->gid, (unsigned)geteuid());
 }
+
+void
+run_as_files(const struct agent *agent)
+{
+	if (!agent->drop_ids)
+		return;
+	setfsgid(agent->gid);
+	setfsuid(agent->uid);
+}

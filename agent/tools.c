@@ -213,6 +213,8 @@ job_run(void *arg)
 		job->failed = 1;
 		return;
 	}
+	/* Tools act for the user: a file write_file makes is theirs. */
+	run_as_files(job->agent);
 	if (job->tool->call(job->agent, job->arguments, &result,
 	    &job->err) < 0) {
 		job->failed = 1;
