@@ -25,6 +25,9 @@
  *
  * --mcp-config loads the same {"mcpServers": ...} at start, in the
  * background: a broken entry or a server that fails is logged, not fatal.
+ * Until those servers are up (or have failed), list_tools and call_tool
+ * wait for them, so that a client that starts using a fresh sandbox at
+ * once sees the image's tools rather than a 404.
  */
 #include "agent.h"
 #include "mcp.h"
@@ -40,9 +43,20 @@
 #include "log.h"
 #include "xmalloc.h"
 
+/* A request held until the --mcp-config servers are up; freed when it
+ * runs or its client goes. */
+struct mcp_waiter {
+	TAILQ_ENTRY(mcp_waiter) entry;
+	struct agent *agent;
+	struct http_request *req;
+	http_handler route;
+};
+
 /* Created by mcp_init; lives until the process exits. */
 struct mcp {
 	TAILQ_HEAD(, mcp_server) servers;	/* in the order they were added */
+	int loading;				/* the --mcp-config batch runs */
+	TAILQ_HEAD(, mcp_waiter) waiters;
 };
 
 void
@@ -50,6 +64,49 @@ mcp_init(struct agent *agent)
 {
 	agent->mcp = xcalloc(1, sizeof *agent->mcp);
 	TAILQ_INIT(&agent->mcp->servers);
+	TAILQ_INIT(&agent->mcp->waiters);
+}
+
+static void
+waiter_gone(struct http_request *req, void *arg)
+{
+	struct mcp_waiter *w = arg;
+
+	TAILQ_REMOVE(&w->agent->mcp->waiters, w, entry);
+	free(w);
+	http_reply_error(req, 499, "client closed the connection");
+}
+
+/* 1 when req must wait for the --mcp-config servers (and now does). */
+static int
+wait_for_loading(struct agent *agent, struct http_request *req,
+    http_handler route)
+{
+	struct mcp_waiter *w;
+
+	if (!agent->mcp->loading)
+		return 0;
+	w = xcalloc(1, sizeof *w);
+	w->agent = agent;
+	w->req = req;
+	w->route = route;
+	TAILQ_INSERT_TAIL(&agent->mcp->waiters, w, entry);
+	http_request_on_close(req, waiter_gone, w);
+	return 1;
+}
+
+static void
+loading_done(struct agent *agent)
+{
+	struct mcp_waiter *w;
+
+	agent->mcp->loading = 0;
+	while ((w = TAILQ_FIRST(&agent->mcp->waiters)) != NULL) {
+		TAILQ_REMOVE(&agent->mcp->waiters, w, entry);
+		http_request_on_close(w->req, NULL, NULL);
+		w->route(w->req, agent);
+		free(w);
+	}
 }
 
 static struct mcp_server *
@@ -67,7 +124,14 @@ void
 mcp_shutdown(struct agent *agent)
 {
 	struct mcp_server *srv;
+	struct mcp_waiter *w;
 
+	while ((w = TAILQ_FIRST(&agent->mcp->waiters)) != NULL) {
+		TAILQ_REMOVE(&agent->mcp->waiters, w, entry);
+		http_request_on_close(w->req, NULL, NULL);
+		http_reply_error(w->req, 503, "the agent is shutting down");
+		free(w);
+	}
 	while ((srv = TAILQ_FIRST(&agent->mcp->servers)) != NULL) {
 		TAILQ_REMOVE(&agent->mcp->servers, srv, entry);
 		mcp_server_stop(srv, "the agent is shutting down");
@@ -266,6 +330,8 @@ batch_end(struct add_batch *b)
 	}
 	if (b->req != NULL)
 		batch_reply(b);
+	else
+		loading_done(b->agent);
 	json_decref(b->configs);
 	free(b->items);
 	free(b);
@@ -378,6 +444,7 @@ mcp_load_config(struct agent *agent, const char *path)
 		json_decref(root);
 		return;
 	}
+	agent->mcp->loading = 1;
 	batch_start(agent, NULL, json_incref(servers), 0);
 	json_decref(root);
 }
@@ -475,6 +542,8 @@ list_answer(struct refresh *r)
 void
 mcp_route_list_tools(struct http_request *req, void *arg)
 {
+	if (wait_for_loading(arg, req, mcp_route_list_tools))
+		return;
 	refresh_all(arg, list_answer, req);
 }
 
@@ -630,9 +699,12 @@ call_dispatch(struct call *c)
 void
 mcp_route_call_tool(struct http_request *req, void *arg)
 {
-	struct call *c = xcalloc(1, sizeof *c);
+	struct call *c;
 	struct error err = { 0 };
 
+	if (wait_for_loading(arg, req, mcp_route_call_tool))
+		return;
+	c = xcalloc(1, sizeof *c);
 	c->agent = arg;
 	c->req = req;
 	if ((c->body = http_request_json(req, &err)) == NULL ||

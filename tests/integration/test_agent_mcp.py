@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+import requests
 
 from conftest import ROOT, SYSTEM_PYTHON, free_port
 
@@ -351,15 +352,34 @@ def test_mcp_config_at_start(start_agent, tmp_workspace):
             "fs": filesystem(tmp_workspace),
         }}, f)
     a = start_agent("--mcp-config", cfg)
-    # The agent serves at once; the servers come up in the background.
+    # The agent serves at once; the servers come up in the background,
+    # and the MCP routes wait for them rather than answer without them.
     assert a.get("/healthz").text == "OK"
-    tools = wait_for(lambda: (lambda t: t if len(t) == 2 else None)(
-        a.get("/mcp/list_tools").json()))
-    assert list(tools) == ["everything", "fs"]
     assert text_of(call(a, "echo", {"message": "cfg"}).json()) == "Echo: cfg"
+    assert list(a.get("/mcp/list_tools").json()) == ["everything", "fs"]
     log = a.read_log()
     assert "'broken'" in log and "must be an object" in log
     assert "no-such-mcp-server-here" in log
+
+
+def test_mcp_routes_wait_for_the_config_servers_from_the_start(
+        start_agent, tmp_workspace):
+    cfg = os.path.join(os.path.dirname(tmp_workspace), "mcp.json")
+    with open(cfg, "w") as f:
+        json.dump({"mcpServers": {"everything": everything()}}, f)
+    a = start_agent("--mcp-config", cfg)
+    # Several at once, one of them given up by its client while waiting.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        lists = [pool.submit(a.get, "/mcp/list_tools") for _ in range(2)]
+        echo = pool.submit(call, a, "echo", {"message": "early"})
+        try:
+            a.get("/mcp/list_tools", timeout=(5, 0.001))
+        except requests.exceptions.ReadTimeout:
+            pass
+        assert all("echo" in f.result(timeout=60).json()["everything"]
+                   for f in lists)
+        assert text_of(echo.result(timeout=60).json()) == "Echo: early"
+    assert a.get("/healthz").text == "OK"
 
 
 def test_unreadable_mcp_config_is_logged(start_agent, tmp_workspace):
