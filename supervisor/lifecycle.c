@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -334,6 +335,33 @@ labels(const struct sandbox *sb)
 	    "io.agentscope.sandboxd.session", sb->session ? sb->session : "");
 }
 
+/* The type's cap_add, and with run_as what the agent (root) needs to
+ * serve a user: switch to it (SETUID, SETGID), signal its commands
+ * (KILL), and write in its workspace and hand files over (DAC_OVERRIDE,
+ * FOWNER, CHOWN). Commands lose them all when the agent drops to the
+ * user. */
+static void
+run_as_caps(const struct sandbox_type *t, struct config_list *caps)
+{
+	static const char *const needed[] = {
+		"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID",
+	};
+
+	for (size_t i = 0; i < t->cap_add.n; i++)
+		config_list_add(caps, t->cap_add.v[i]);
+	for (size_t i = 0; t->run_as != NULL &&
+	    i < sizeof needed / sizeof needed[0]; i++) {
+		size_t j = 0;
+
+		while (j < caps->n && strcasecmp(caps->v[j], needed[i]) != 0 &&
+		    !(strncasecmp(caps->v[j], "CAP_", 4) == 0 &&
+		    strcasecmp(caps->v[j] + 4, needed[i]) == 0))
+			j++;
+		if (j == caps->n)
+			config_list_add(caps, needed[i]);
+	}
+}
+
 static void
 start_container(struct lifecycle_op *op)
 {
@@ -342,10 +370,11 @@ start_container(struct lifecycle_op *op)
 	struct backend_spec spec = { 0 };
 	const char **cmd = NULL, **env = NULL, **binds = NULL;
 	size_t ncmd = 0, nenv = 0, nbinds = 0;
-	struct config_list own = { 0 };
+	struct config_list own = { 0 }, caps = { 0 };
 	const char *k;
 	json_t *v;
 
+	run_as_caps(t, &caps);
 	append(&cmd, &ncmd, "--listen");
 	append(&cmd, &ncmd, "unix:" AGENT_SOCK_DIR "/agent.sock");
 	if (sb->port > 0) {
@@ -367,9 +396,15 @@ start_container(struct lifecycle_op *op)
 	config_list_add(&own, "");
 	free(own.v[0]);
 	own.v[0] = xasprintf("SECRET_TOKEN=%s", sb->token);
+	/* The type's run_as alone says who commands run as: the
+	 * capabilities and the workspace's owner follow from it. */
+	config_list_add(&own, "");
+	free(own.v[1]);
+	own.v[1] = xasprintf("AGENT_RUN_AS=%s", t->run_as != NULL ?
+	    t->run_as : "");
 	json_object_foreach(t->environment, k, v) {
-		if (sb->environment == NULL ||
-		    json_object_get(sb->environment, k) == NULL) {
+		if (strcmp(k, "AGENT_RUN_AS") != 0 && (sb->environment == NULL ||
+		    json_object_get(sb->environment, k) == NULL)) {
 			char *e = xasprintf("%s=%s", k, json_string_value(v));
 
 			config_list_add(&own, e);
@@ -416,7 +451,7 @@ start_container(struct lifecycle_op *op)
 	spec.nano_cpus = t->nano_cpus;
 	spec.pids = t->pids;
 	spec.network = t->network;
-	spec.cap_add = &t->cap_add;
+	spec.cap_add = &caps;
 	spec.entrypoint = &t->entrypoint;
 	spec.host_port = sb->port;
 	spec.container_port = AGENT_PORT;
@@ -428,6 +463,7 @@ start_container(struct lifecycle_op *op)
 	/* The token was in there. */
 	explicit_bzero(own.v[0], strlen(own.v[0]));
 	config_list_free(&own);
+	config_list_free(&caps);
 }
 
 static void
@@ -524,7 +560,8 @@ check_environment(json_t *env, struct error *err)
 	}
 	json_object_foreach(env, k, v) {
 		if (*k == '\0' || strchr(k, '=') != NULL ||
-		    strcmp(k, "SECRET_TOKEN") == 0) {
+		    strcmp(k, "SECRET_TOKEN") == 0 ||
+		    strcmp(k, "AGENT_RUN_AS") == 0) {
 			error_set(err, 400, "environment: '%s' is not a variable "
 			    "a caller may set", k);
 			return -1;
@@ -602,7 +639,7 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	if (mount != NULL) {
 		sb->mount_dir = mount;
 	} else {
-		sb->mount_dir = workspace_make(sb->id, err);
+		sb->mount_dir = workspace_make(sb->id, creq->type->run_as, err);
 		sb->owns_mount = 1;
 	}
 	if (storage == NULL && sd.cfg.storage_folder != NULL)

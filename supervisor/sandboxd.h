@@ -118,6 +118,10 @@ struct sandbox_type {
 	int64_t pids;			/* 0: no limit */
 	char *network;			/* "none" or "bridge" */
 	struct config_list cap_add;	/* on top of CapDrop ALL */
+	/* "UID:GID" commands run as (AGENT_RUN_AS), which also grants the
+	 * agent the capabilities to switch to it and owns the workspace;
+	 * NULL: as root, without capabilities. */
+	char *run_as;
 	char *tools;			/* agent --tools */
 	char *mcp_config;		/* agent --mcp-config (a path in the image) */
 	struct config_list agent_args;	/* more agent flags */
@@ -280,7 +284,7 @@ int workspace_check_mount(const char *mount_dir, char **out, struct error *err);
 int workspace_storage_path(const char *storage_path, char **out,
     struct error *err);
 /* Make DEFAULT_MOUNT_DIR/<id>. Caller frees. */
-char *workspace_make(const char *id, struct error *err);
+char *workspace_make(const char *id, const char *owner, struct error *err);
 /* Copy src's contents into dst (async, cp -a). */
 typedef void (*workspace_done_cb)(const struct error *err, void *arg);
 void workspace_copy(const char *src, const char *dst, workspace_done_cb done,

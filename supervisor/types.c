@@ -7,6 +7,7 @@
  */
 #include "sandboxd.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,9 @@ struct builtin {
 	const char *tools;
 	const char *const *tool_names;
 };
+
+/* Every image of ours has the user "user" (uid 1000) for commands. */
+#define IMAGE_USER "1000:1000"
 
 #define MiB (1024LL * 1024)
 
@@ -94,6 +98,7 @@ type_free(struct sandbox_type *t)
 	json_decref(t->environment);
 	free(t->network);
 	config_list_free(&t->cap_add);
+	free(t->run_as);
 	free(t->tools);
 	free(t->mcp_config);
 	config_list_free(&t->agent_args);
@@ -183,6 +188,7 @@ types_init(const char *registry, const char *image_namespace, const char *tag)
 		t->pids = b->pids;
 		free(t->network);
 		t->network = xstrdup(b->network);
+		t->run_as = xstrdup(IMAGE_USER);
 		if (b->tools != NULL)
 			t->tools = xstrdup(b->tools);
 		for (size_t j = 0; b->tool_names != NULL &&
@@ -240,6 +246,33 @@ set_string(json_t *v, char **out, const char *where, struct error *err)
 	free(*out);
 	*out = xstrdup(json_string_value(v));
 	return 0;
+}
+
+/* "UID:GID" of non-root numeric ids, or null for root. */
+static int
+set_run_as(json_t *v, struct sandbox_type *t, const char *where,
+    struct error *err)
+{
+	unsigned long uid, gid;
+	const char *s;
+	char *end;
+
+	if (json_is_null(v)) {
+		free(t->run_as);
+		t->run_as = NULL;
+		return 0;
+	}
+	s = json_is_string(v) ? json_string_value(v) : "";
+	uid = strtoul(s, &end, 10);
+	if (end == s || *end != ':' || uid == 0 || uid > 0x7fffffff ||
+	    (gid = strtoul(end + 1, &end, 10)) == 0 || gid > 0x7fffffff ||
+	    *end != '\0' || !isdigit((unsigned char)s[0]) ||
+	    !isdigit((unsigned char)strchr(s, ':')[1])) {
+		error_set(err, 400, "%s: expected \"UID:GID\" (non-zero numeric "
+		    "ids) or null for root", where);
+		return -1;
+	}
+	return set_string(v, &t->run_as, where, err);
 }
 
 static int
@@ -321,6 +354,8 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 	}
 	if (strcmp(key, "cap_add") == 0)
 		return string_list(v, &t->cap_add, where, err);
+	if (strcmp(key, "run_as") == 0)
+		return set_run_as(v, t, where, err);
 	if (strcmp(key, "tools") == 0)
 		return set_string(v, &t->tools, where, err);
 	if (strcmp(key, "mcp_config") == 0)
@@ -340,7 +375,7 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		return 0;
 	}
 	error_set(err, 400, "%s: unknown field (image, environment, memory, "
-	    "cpus, pids, network, cap_add, tools, mcp_config, agent_args, "
+	    "cpus, pids, network, cap_add, run_as, tools, mcp_config, agent_args, "
 	    "entrypoint, tool_names, timeout, from)", where);
 	return -1;
 }
@@ -358,6 +393,8 @@ copy_type(struct sandbox_type *dst, const struct sandbox_type *src)
 	dst->network = xstrdup(src->network);
 	for (size_t i = 0; i < src->cap_add.n; i++)
 		config_list_add(&dst->cap_add, src->cap_add.v[i]);
+	free(dst->run_as);
+	dst->run_as = src->run_as != NULL ? xstrdup(src->run_as) : NULL;
 	if (src->tools != NULL)
 		dst->tools = xstrdup(src->tools);
 	if (src->mcp_config != NULL)

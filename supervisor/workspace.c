@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -206,9 +207,10 @@ workspace_storage_path(const char *storage_path, char **out,
 }
 
 char *
-workspace_make(const char *id, struct error *err)
+workspace_make(const char *id, const char *owner, struct error *err)
 {
 	char *dir = xasprintf("%s/%s", sd.cfg.mount_dir, id);
+	unsigned uid, gid;
 
 	if (mkdir(dir, shared_mode()) < 0 && errno != EEXIST) {
 		error_set_errno(err, 500, errno, "cannot create the workspace %s",
@@ -217,6 +219,18 @@ workspace_make(const char *id, struct error *err)
 		return NULL;
 	}
 	chmod(dir, shared_mode());
+	/* Commands run as the owner and must be able to write there; the
+	 * agent (root with DAC_OVERRIDE) can anyway. Not being root, we made
+	 * it open to everyone instead. */
+	if (owner != NULL && geteuid() == 0 &&
+	    sscanf(owner, "%u:%u", &uid, &gid) == 2 &&
+	    chown(dir, (uid_t)uid, (gid_t)gid) < 0) {
+		error_set_errno(err, 500, errno, "cannot give the workspace %s "
+		    "to %s", dir, owner);
+		rmdir(dir);
+		free(dir);
+		return NULL;
+	}
 	return dir;
 }
 

@@ -295,6 +295,7 @@ test_custom_types(void **state)
 	    "\"cpus\": 0.25, \"network\": \"bridge\", "
 	    "\"environment\": {\"A\": \"1\"}, \"tool_names\": [\"tiny_tool\"]},"
 	    "\"other\": {\"image\": \"example/other:1\", \"pids\": 10,"
+	    " \"run_as\": \"2000:3000\","
 	    " \"cap_add\": [\"CHOWN\"], \"agent_args\": [\"--x\"]},"
 	    "\"base\": {\"memory\": 1048576}}}", 0, NULL);
 	assert_non_null(j);
@@ -310,7 +311,9 @@ test_custom_types(void **state)
 	assert_string_equal(json_string_value(json_object_get(t->environment,
 	    "A")), "1");
 	assert_ptr_equal(types_for_tool("tiny_tool"), t);
+	assert_string_equal(t->run_as, "1000:1000");	/* from minimal */
 	t = types_find("other");
+	assert_string_equal(t->run_as, "2000:3000");
 	assert_string_equal(t->image, "example/other:1");
 	assert_int_equal(t->pids, 10);
 	assert_int_equal(t->cap_add.n, 1);
@@ -333,6 +336,10 @@ test_bad_types(void **state)
 		{ "{\"types\": {\"x\": {\"environment\": {\"A\": 1}}}}",
 		    "type x: environment" },
 		{ "{\"types\": {\"x\": {\"cpus\": \"two\"}}}", "type x: cpus" },
+		{ "{\"types\": {\"x\": {\"run_as\": \"0:0\"}}}", "type x: run_as" },
+		{ "{\"types\": {\"x\": {\"run_as\": \"1000\"}}}", "type x: run_as" },
+		{ "{\"types\": {\"x\": {\"run_as\": \"+1:2\"}}}", "type x: run_as" },
+		{ "{\"types\": {\"x\": {\"run_as\": \"1:2x\"}}}", "type x: run_as" },
 		{ "{\"types\": []}", "types" },
 		{ "[]", "types" },
 	};
