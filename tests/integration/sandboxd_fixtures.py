@@ -225,12 +225,14 @@ class Sandboxd:
 
 @pytest.fixture
 def start_sandboxd(minimal_tag):
-    """Factory: start_sandboxd(env={...}, args=[...], token=...) -> Sandboxd.
-    Stops each at teardown and removes every container of its instance."""
+    """Factory: start_sandboxd(env={...}, args=[...], token=...,
+    tag=...) -> Sandboxd, its images of that tag (default: this tree's
+    minimal). Stops each at teardown and removes every container of its
+    instance."""
     started = []
 
-    def start(**kw):
-        s = Sandboxd(minimal_tag, **kw)
+    def start(tag=None, **kw):
+        s = Sandboxd(tag or minimal_tag, **kw)
         started.append(s)
         return s
 
