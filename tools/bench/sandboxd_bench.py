@@ -9,6 +9,10 @@ not one request type repeated (httplat measures those).
       is healthy), alternated with N bare `docker run`s of the same image
       timed to the agent's first /healthz 200 over the same kind of unix
       socket; prints sandboxd_p50_ms, bare_p50_ms, ratio, docker_cli_p50_ms
+  sandboxd_bench.py versus-true URL TYPE IMAGE TRUE N
+      N cold creates of TYPE through sandboxd (to healthy), alternated with
+      N bare `docker run --rm --entrypoint TRUE IMAGE`: the images issue's
+      target; prints sandboxd_p50_ms, true_p50_ms, ratio
   sandboxd_bench.py fill URL TYPE N PARALLEL
       create N sandboxes, PARALLEL at a time; prints created=N
   sandboxd_bench.py bridge-ip NAME
@@ -105,21 +109,43 @@ def bare_run(image, workdir, i):
     return (t1 - t0) * 1e3, (t_cli - t0) * 1e3
 
 
+def create_ms(url, type_name):
+    """One cold create through sandboxd, answered once the agent is
+    healthy, then released; its milliseconds."""
+    t0 = time.monotonic()
+    name = post(url, "/create", {"sandbox_type": type_name})["data"]
+    ms = (time.monotonic() - t0) * 1e3
+    if name is None:
+        sys.exit(f"sandboxd could not create a {type_name} sandbox")
+    post(url, "/release", {"identity": name})
+    return ms
+
+
 def cold(url, image, n, workdir):
     ours, bare, cli = [], [], []
     for i in range(n):
-        t0 = time.monotonic()
-        name = post(url, "/create", {"sandbox_type": "minimal"})["data"]
-        ours.append((time.monotonic() - t0) * 1e3)
-        if name is None:
-            sys.exit("sandboxd could not create a sandbox")
-        post(url, "/release", {"identity": name})
+        ours.append(create_ms(url, "minimal"))
         b, c = bare_run(image, workdir, i)
         bare.append(b)
         cli.append(c)
     o, b = statistics.median(ours), statistics.median(bare)
     print(f"sandboxd_p50_ms={o:.0f} bare_p50_ms={b:.0f} ratio={o / b:.2f} "
           f"docker_cli_p50_ms={statistics.median(cli):.0f} n={n}")
+
+
+def versus_true(url, type_name, image, true_bin, n):
+    ours, bare = [], []
+    for _ in range(n):
+        ours.append(create_ms(url, type_name))
+        t0 = time.monotonic()
+        subprocess.run(["docker", "run", "--rm", "--network", "none",
+                        "--label", "io.agentscope.sandboxd.bench=1",
+                        "--entrypoint", true_bin, image],
+                       capture_output=True, check=True)
+        bare.append((time.monotonic() - t0) * 1e3)
+    o, b = statistics.median(ours), statistics.median(bare)
+    print(f"sandboxd_p50_ms={o:.0f} true_p50_ms={b:.0f} ratio={o / b:.2f} "
+          f"n={n}")
 
 
 def fill(url, type_name, n, parallel):
@@ -147,6 +173,8 @@ def main(argv):
                   float(argv[5]) if len(argv) > 5 else 600)
     elif cmd == "cold":
         cold(argv[2], argv[3], int(argv[4]), argv[5])
+    elif cmd == "versus-true":
+        versus_true(argv[2], argv[3], argv[4], argv[5], int(argv[6]))
     elif cmd == "fill":
         fill(argv[2], argv[3], int(argv[4]), int(argv[5]))
     elif cmd == "bridge-ip":
