@@ -3,6 +3,7 @@
 #   make         build agent/sandbox-agent (static) and supervisor/sandboxd
 #   make test    unit tests (plain and ASan/UBSan) and integration tests
 #   make images  build the sandbox images with tools/build-image
+#   make run     build the images it serves and start sandboxd (foreground)
 #   make bench   benchmarks; figures go to the README
 
 VERSION := 0.1.0
@@ -32,7 +33,7 @@ AGENT_LIBS := $(LIBGIT2) -lhttp_parser -lz -levent_core -ljansson -lseccomp -lpt
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
-.PHONY: all deps test unit unit-asan integration integration-asan images bench clean
+.PHONY: all deps test unit unit-asan integration integration-asan images run bench clean
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
@@ -161,7 +162,15 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 test: all unit unit-asan integration integration-asan
 
 images: all
-	tools/build-image all
+	tools/with-dockerd tools/build-image all
+
+# The service: the images it serves (built unless up to date), then
+# sandboxd in the foreground; Ctrl-C removes its sandboxes, and a dockerd
+# with-dockerd had to start is stopped after it. RUN_IMAGES=all adds the
+# browser (about 1 GB); SANDBOXD_ARGS passes flags (--host, --port ...).
+RUN_IMAGES ?= minimal base filesystem
+run: all
+	tools/with-dockerd sh -c 'tools/build-image $(RUN_IMAGES) && exec supervisor/sandboxd $(SANDBOXD_ARGS)'
 
 # The benchmark's own C clients (tools/bench/*.c): latency, start time.
 BENCH_BIN := $(patsubst tools/bench/%.c,$(BUILD)/bench/%,$(wildcard tools/bench/*.c))
