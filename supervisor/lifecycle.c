@@ -398,10 +398,13 @@ start_container(struct lifecycle_op *op)
 	own.v[0] = xasprintf("SECRET_TOKEN=%s", sb->token);
 	/* The type's run_as alone says who commands run as: the
 	 * capabilities and the workspace's owner follow from it. */
-	config_list_add(&own, "");
-	free(own.v[1]);
-	own.v[1] = xasprintf("AGENT_RUN_AS=%s", t->run_as != NULL ?
-	    t->run_as : "");
+	{
+		char *e = xasprintf("AGENT_RUN_AS=%s", t->run_as != NULL ?
+		    t->run_as : "");
+
+		config_list_add(&own, e);
+		free(e);
+	}
 	json_object_foreach(t->environment, k, v) {
 		if (strcmp(k, "AGENT_RUN_AS") != 0 && (sb->environment == NULL ||
 		    json_object_get(sb->environment, k) == NULL)) {
