@@ -298,13 +298,20 @@ def test_client_leaving_a_running_cell_interrupts_it(agent):
 
 def test_restart_for_a_client_that_left_is_told_to_the_next_cell(agent):
     out(agent, "mine = 1")
+    armed = os.path.join(agent.workspace, "armed")
     stubborn = raw_post(agent, "import time\n"
                                "while True:\n"
                                "    try:\n"
+                               f"        open({armed!r}, 'w').close()\n"
                                "        time.sleep(100)\n"
                                "    except KeyboardInterrupt:\n"
                                "        pass", timeout=600)
-    sync(agent)
+    # Leave only once the cell shrugs interrupts off: one that landed
+    # before its try would simply end it, and nothing need restart.
+    deadline = time.time() + 60
+    while not os.path.exists(armed):
+        assert time.time() < deadline, "the cell did not start"
+        time.sleep(0.01)
     stubborn.close()
     res = cell(agent, "print('next')\n'mine' in globals()")
     texts = result_texts(res)
