@@ -416,13 +416,12 @@ parse_ro_mounts(struct sandboxd_config *c, struct error *err)
 	return 0;
 }
 
-/* mkdir -p with the given mode for the last component. */
-static int
-make_dirs(const char *path, mode_t mode)
+int
+sandboxd_mkdirs(const char *path, size_t from, mode_t mode)
 {
 	char *p = xstrdup(path);
 
-	for (char *s = p + 1; *s != '\0'; s++) {
+	for (char *s = p + from + 1; *s != '\0'; s++) {
 		if (*s != '/')
 			continue;
 		*s = '\0';
@@ -444,7 +443,7 @@ canonical_dir(char **dir, const char *key, mode_t mode, struct error *err)
 {
 	char *real;
 
-	if (make_dirs(*dir, mode) < 0) {
+	if (sandboxd_mkdirs(*dir, 0, mode) < 0) {
 		error_set_errno(err, 400, errno, "%s: cannot create %s", key,
 		    *dir);
 		return -1;

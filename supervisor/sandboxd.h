@@ -273,6 +273,10 @@ void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
 /* Operations in flight (for shutdown). */
 size_t lifecycle_busy(void);
 
+/* config.c: mkdir -p path, its components after the first `from` bytes
+ * (which exist), the last with mode and the others 0755. */
+int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
+
 /* workspace.c */
 
 /* Check a caller's mount_dir against ALLOWED_MOUNT_DIRS and the default

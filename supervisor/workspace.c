@@ -97,26 +97,9 @@ allowed_root(const char *path)
 static int
 mkdirs_below(const char *root, const char *path, mode_t mode)
 {
-	char *p;
-
 	if (!strictly_inside(path, root))
 		return strcmp(path, root) == 0 ? 0 : -1;
-	p = xstrdup(path);
-
-	for (char *s = p + strlen(root) + 1; *s != '\0'; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-			free(p);
-			return -1;
-		}
-		*s = '/';
-	}
-	free(p);
-	if (mkdir(path, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
+	return sandboxd_mkdirs(path, strlen(root), mode);
 }
 
 static mode_t
