@@ -36,6 +36,11 @@ struct probe {
 
 static struct event *round_ev;
 static int round_running;
+/* When the round asked Docker for its list: a sandbox whose state changed
+ * after that (a create that finished while the list was on its way) is
+ * judged next round, not by a list that may show its container before it
+ * started. */
+static double round_listed_at;
 
 static void
 probe_done_cb(struct http_client_request *r, const struct error *err,
@@ -175,7 +180,7 @@ listed_cb(const struct backend_container *v, size_t n,
 		const struct backend_container *c = NULL;
 
 		next = sandbox_next(sb);
-		if (!checkable(sb))
+		if (!checkable(sb) || sb->updated_at > round_listed_at)
 			continue;
 		for (size_t i = 0; err == NULL && i < n; i++) {
 			if (strcmp(v[i].name, sb->name) == 0)
@@ -218,6 +223,7 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 	if (round_running || !sd.ready || sd.shutting_down)
 		return;
 	round_running = 1;
+	round_listed_at = sandboxd_now();
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
 	    state_instance(), listed_cb, NULL);
 }
