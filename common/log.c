@@ -86,6 +86,45 @@ log_msg(enum log_level level, const char *fmt, ...)
 	va_end(ap);
 }
 
+static double
+monotonic_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void
+log_rate_msg(struct log_rate *rate, enum log_level level, const char *fmt,
+    ...)
+{
+	double now = monotonic_seconds();
+	va_list ap;
+
+	if (!log_enabled(level))
+		return;
+	if (rate->used > 0 && now - rate->window >= rate->interval) {
+		if (rate->dropped > 0)
+			log_msg(level, "(%lu more lines like the next were "
+			    "dropped in %.0f s: over %u per %.0f s)",
+			    rate->dropped, now - rate->window, rate->burst,
+			    rate->interval);
+		rate->used = 0;
+		rate->dropped = 0;
+	}
+	if (rate->used == 0)
+		rate->window = now;
+	if (rate->used >= rate->burst) {
+		rate->dropped++;
+		return;
+	}
+	rate->used++;
+	va_start(ap, fmt);
+	log_vmsg(level, fmt, ap);
+	va_end(ap);
+}
+
 void
 fatal(const char *fmt, ...)
 {
