@@ -140,6 +140,7 @@ int types_load_file(const char *path, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
 int types_load_json(json_t *root, const char *source, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
+/* By name; "<name>_async", as the SDK's async classes say, is <name>. */
 const struct sandbox_type *types_find(const char *name);
 /* The type offering tool_name, or NULL. */
 const struct sandbox_type *types_for_tool(const char *tool_name);
