@@ -35,6 +35,7 @@ struct relay {
 	struct http_client_request *up;
 	char *what;
 	char *sb_name;
+	char *agent_addr;	/* left out of messages */
 	int streaming;
 	int status;
 	struct evbuffer *buf;	/* the body of an answer we do not stream */
@@ -44,7 +45,13 @@ static void
 json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
 {
 	struct json_call *c = arg;
+	struct error e;
 
+	if (err != NULL) {
+		e = *err;
+		redact_error(&e, c->sb->agent_addr);
+		err = &e;
+	}
 	c->done(c->sb, status, answer, err, c->arg);
 	sandbox_unref(c->sb);
 	free(c);
@@ -65,6 +72,7 @@ agent_call_json(struct sandbox *sb, const char *method, const char *target,
 	sandbox_ref(sb);
 	if (http_client_json(sd.base, sb->agent_addr, method, target, headers,
 	    body, timeout, json_call_cb, c, &err) == NULL) {
+		redact_error(&err, sb->agent_addr);
 		done(sb, 0, NULL, &err, arg);
 		sandbox_unref(sb);
 		free(c);
@@ -78,6 +86,7 @@ relay_free(struct relay *rl)
 {
 	free(rl->what);
 	free(rl->sb_name);
+	free(rl->agent_addr);
 	if (rl->buf != NULL)
 		evbuffer_free(rl->buf);
 	free(rl);
@@ -175,6 +184,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		}
 	} else if (err != NULL) {
 		e = *err;
+		redact_error(&e, rl->agent_addr);
 		error_prefix(&e, "the agent of %s", rl->sb_name);
 		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
 	} else if (rl->status == 200) {
@@ -223,6 +233,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	rl->req = req;
 	rl->what = xstrdup(what);
 	rl->sb_name = xstrdup(sb->name);
+	rl->agent_addr = xstrdup(sb->agent_addr);
 	rl->buf = evbuffer_new();
 	opts.addr = sb->agent_addr;
 	opts.method = "POST";
@@ -239,6 +250,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	free(auth);
 	free(text);
 	if (rl->up == NULL) {
+		redact_error(&err, sb->agent_addr);
 		sandboxd_reply_rpc_error(req, what, &err);
 		relay_free(rl);
 		return;

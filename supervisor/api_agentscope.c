@@ -45,7 +45,7 @@ sandboxd_reply_rpc_error(struct http_request *req, const char *what,
 	struct error e = *err;
 
 	error_prefix(&e, "Error in %s", what);
-	http_reply_err(req, &e);
+	sandboxd_reply_error(req, &e);
 }
 
 static void
@@ -214,9 +214,13 @@ static void
 reply_created(struct http_request *req, struct sandbox *sb,
     const struct error *err)
 {
+	struct error e;
+
 	if (err != NULL) {
+		e = *err;
+		redact_error(&e, NULL);
 		http_reply_json(req, 200, json_pack("{s:n,s:s}", "data",
-		    "detail", err->msg));
+		    "detail", e.msg));
 		return;
 	}
 	reply_data(req, json_string(sb->name));
@@ -274,12 +278,15 @@ static void
 bool_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	struct rpc *r = arg;
+	struct error e;
 
 	(void)sb;
-	if (err != NULL && err->status != 409)
+	if (err != NULL && err->status != 409) {
+		e = *err;
+		redact_error(&e, NULL);
 		http_reply_json(r->req, 200, json_pack("{s:b,s:s}", "data", 0,
-		    "detail", err->msg));
-	else if (err != NULL)
+		    "detail", e.msg));
+	} else if (err != NULL)
 		sandboxd_reply_rpc_error(r->req, r->what, err);
 	else
 		reply_data(r->req, json_true());
@@ -443,6 +450,23 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	rpc_free(r);
 }
 
+/* The sandbox named by args.identity, if its agent takes calls; NULL
+ * after answering. */
+static struct sandbox *
+rpc_callable(struct http_request *req, const char *what, json_t *args)
+{
+	struct sandbox *sb;
+	struct error err;
+
+	if ((sb = rpc_sandbox(req, what, args)) == NULL)
+		return NULL;
+	if (sandbox_check_callable(sb, &err) < 0) {
+		sandboxd_reply_rpc_error(req, what, &err);
+		return NULL;
+	}
+	return sb;
+}
+
 static void
 rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 {
@@ -450,7 +474,7 @@ rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 	struct error err;
 	struct rpc *r;
 
-	if ((sb = rpc_sandbox(req, what, args)) == NULL)
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
 	r = rpc_new(req, what, args);
 	if (json_get_string(r->args, "tool_type", 0, &r->tool_type, &err) < 0) {
@@ -462,20 +486,6 @@ rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 	    tools_cb, r);
 }
 
-static int
-usable(struct http_request *req, const char *what, struct sandbox *sb)
-{
-	struct error err;
-
-	if (sb->state == SB_WARM || sb->state == SB_RUNNING ||
-	    sb->state == SB_UNHEALTHY)
-		return 1;
-	error_set(&err, 409, "sandbox %s is %s", sb->name,
-	    sandbox_state_name(sb->state));
-	sandboxd_reply_rpc_error(req, what, &err);
-	return 0;
-}
-
 static void
 rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 {
@@ -485,8 +495,7 @@ rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 	json_t *arguments, *body;
 	char *target;
 
-	if ((sb = rpc_sandbox(req, what, args)) == NULL ||
-	    !usable(req, what, sb))
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
 	if (json_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
 	    json_get_object(args, "arguments", 0, &arguments, &err) < 0) {
@@ -515,8 +524,7 @@ rpc_add_mcp_servers(struct http_request *req, const char *what, json_t *args)
 	json_t *configs, *body;
 	int overwrite;
 
-	if ((sb = rpc_sandbox(req, what, args)) == NULL ||
-	    !usable(req, what, sb))
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
 	if (json_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
 	    json_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {

@@ -31,6 +31,7 @@ struct proxy {
 	struct http_request *req;
 	struct http_client_request *up;
 	char *sb_name;
+	char *agent_addr;	/* left out of messages */
 	char **headers;		/* "Name: value", NULL-terminated */
 	int replying;		/* the agent's head has been passed on */
 	int body_paused;
@@ -77,6 +78,7 @@ proxy_free(struct proxy *p)
 		free(p->headers[i]);
 	free(p->headers);
 	free(p->sb_name);
+	free(p->agent_addr);
 	free(p);
 }
 
@@ -141,8 +143,9 @@ done_cb(struct http_client_request *r, const struct error *err, void *arg)
 			e = *err;
 		else
 			error_set(&e, 502, "no answer");
+		redact_error(&e, p->agent_addr);
 		error_prefix(&e, "proxy to %s", p->sb_name);
-		http_reply_err(p->req, &e);
+		sandboxd_reply_error(p->req, &e);
 	} else if (err != NULL) {
 		log_warn("proxy to %s: %s", p->sb_name, err->msg);
 		http_reply_abort(p->req);
@@ -206,25 +209,6 @@ client_gone_cb(struct http_request *req, void *arg)
 	proxy_free(p);
 }
 
-static int
-usable(struct http_request *req, struct sandbox *sb)
-{
-	switch (sb->state) {
-	case SB_WARM:
-	case SB_RUNNING:
-	case SB_UNHEALTHY:
-		return 1;
-	case SB_RELEASED:
-	case SB_RELEASING:
-		http_reply_error(req, 409, "sandbox %s is released", sb->name);
-		return 0;
-	default:
-		http_reply_error(req, 409, "sandbox %s is %s", sb->name,
-		    sandbox_state_name(sb->state));
-		return 0;
-	}
-}
-
 void
 proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target)
@@ -237,13 +221,16 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 	int has_body;
 	struct error err;
 
-	if (!usable(req, sb))
+	if (sandbox_check_callable(sb, &err) < 0) {
+		sandboxd_reply_error(req, &err);
 		return;
+	}
 	sessions_touch_sandbox(sb);
 	metrics_count(M_PROXIED, sb->type_name);
 	p = xcalloc(1, sizeof *p);
 	p->req = req;
 	p->sb_name = xstrdup(sb->name);
+	p->agent_addr = xstrdup(sb->agent_addr);
 	p->headers = xcalloc(nh + 2, sizeof *p->headers);
 	for (size_t i = 0; i < nh; i++) {
 		const char *name, *value;
@@ -274,8 +261,9 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 	cb.on_drain = upload_drain_cb;
 	p->up = http_client_start(sd.base, &opts, &cb, p, &err);
 	if (p->up == NULL) {
+		redact_error(&err, sb->agent_addr);
 		error_prefix(&err, "proxy to %s", sb->name);
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		proxy_free(p);
 		return;
 	}

@@ -221,6 +221,9 @@ struct sandbox {
 TAILQ_HEAD(sandbox_list, sandbox);
 
 const char *sandbox_state_name(enum sandbox_state state);
+/* Whether sb's agent takes calls (warm, running or unhealthy): 0, or -1
+ * with err (409) saying why not, the same for every route. */
+int sandbox_check_callable(const struct sandbox *sb, struct error *err);
 /* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
 int sandbox_state_live(enum sandbox_state state);
 /* A new record (CREATING), listed. Holds the list's reference. */
@@ -410,6 +413,15 @@ void metrics_count(enum metric_counter c, const char *type_name);
 void metrics_create_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
 void metrics_free(void);
+
+/* redact.c: host paths out of what clients read. */
+/* The directories sandboxd was given, in buf, named by their settings. */
+void redact_text(char *buf, size_t size);
+/* The same in err, and an agent's address (may be NULL) as "the agent's
+ * socket". */
+void redact_error(struct error *err, const char *agent_addr);
+/* http_reply_err for what clients read: redacted. */
+void sandboxd_reply_error(struct http_request *req, const struct error *err);
 
 /* main.c: the process-wide state. */
 struct sandboxd {
