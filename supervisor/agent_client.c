@@ -20,6 +20,11 @@
 
 #define RELAY_HIGH_WATER (1024 * 1024)
 #define ERROR_BODY_MAX (64 * 1024)
+/* {"data": and } around the agent's answer. */
+#define RELAY_WRAP_LEN 9
+/* No agent's JSON answer comes near this (command output is capped at
+ * megabytes); one that announces more is broken or hostile. */
+#define RELAY_MAX_ANSWER ((int64_t)1 << 40)
 
 /* One agent_call_json in flight; holds a reference to sb. */
 struct json_call {
@@ -116,26 +121,51 @@ agent_error(struct relay *rl, struct error *err)
 	json_decref(j);
 }
 
+int
+agent_answer_length(struct http_client_request *r, int64_t max, int64_t *len)
+{
+	const char *cl = http_client_header(r, "Content-Length");
+	int64_t n = 0;
+
+	*len = -1;
+	if (cl == NULL || http_client_header(r, "Transfer-Encoding") != NULL)
+		return 0;
+	if (*cl == '\0')
+		return -1;
+	for (; *cl != '\0'; cl++) {
+		if (*cl < '0' || *cl > '9' || n > (max - (*cl - '0')) / 10)
+			return -1;
+		n = n * 10 + (*cl - '0');
+	}
+	*len = n;
+	return 0;
+}
+
 static void
 relay_head_cb(struct http_client_request *r, int status, void *arg)
 {
 	struct relay *rl = arg;
 	const char *ct = http_client_header(r, "Content-Type");
-	const char *cl = http_client_header(r, "Content-Length");
-	int64_t len = -1;
+	struct error e;
+	int64_t len;
 
 	rl->status = status;
 	if (status != 200 || ct == NULL ||
 	    strncasecmp(ct, "application/json", 16) != 0)
 		return;
-	rl->streaming = 1;
-	if (cl != NULL) {
-		char *end;
-		long long n = strtoll(cl, &end, 10);
-
-		if (*end == '\0' && n >= 0)
-			len = (int64_t)n + 9;
+	if (agent_answer_length(r, RELAY_MAX_ANSWER, &len) < 0) {
+		error_set(&e, 502, "the agent of %s announced an answer of "
+		    "%.40s bytes", rl->sb_name,
+		    http_client_header(r, "Content-Length"));
+		http_client_cancel(r);
+		rl->up = NULL;
+		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		relay_free(rl);
+		return;
 	}
+	rl->streaming = 1;
+	if (len >= 0)
+		len += RELAY_WRAP_LEN;
 	http_reply_start(rl->req, 200, "application/json", len);
 	http_reply_write(rl->req, "{\"data\":", 8);
 }

@@ -86,9 +86,20 @@ static void
 head_cb(struct http_client_request *r, int status, void *arg)
 {
 	struct proxy *p = arg;
-	const char *ct = NULL, *name, *value, *cl;
-	int64_t len = -1;
+	const char *ct = NULL, *name, *value;
+	struct error e;
+	int64_t len;
 
+	if (agent_answer_length(r, INT64_MAX, &len) < 0) {
+		error_set(&e, 502, "proxy to %s: the agent announced an answer "
+		    "of %.40s bytes", p->sb_name,
+		    http_client_header(r, "Content-Length"));
+		http_client_cancel(r);
+		p->up = NULL;
+		sandboxd_reply_error(p->req, &e);
+		proxy_free(p);
+		return;
+	}
 	for (size_t i = 0; i < http_client_header_count(r); i++) {
 		http_client_header_at(r, i, &name, &value);
 		if (strcasecmp(name, "Content-Type") == 0)
@@ -96,14 +107,6 @@ head_cb(struct http_client_request *r, int status, void *arg)
 		else if (!skip_header(name) && strcasecmp(name, "Server") != 0 &&
 		    strcasecmp(name, "Date") != 0)
 			http_reply_add_header(p->req, name, value);
-	}
-	cl = http_client_header(r, "Content-Length");
-	if (cl != NULL && http_client_header(r, "Transfer-Encoding") == NULL) {
-		char *end;
-		long long n = strtoll(cl, &end, 10);
-
-		if (*end == '\0' && n >= 0)
-			len = (int64_t)n;
 	}
 	p->replying = 1;
 	http_reply_start(p->req, status, ct, len);

@@ -377,6 +377,12 @@ typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
 void agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
+/* The Content-Length of an agent's answer: -1 when it has none (chunked
+ * or until close); -1 also as the return value when it is not a number
+ * of at most max bytes. */
+struct http_client_request;
+int agent_answer_length(struct http_client_request *r, int64_t max,
+    int64_t *len);
 /* Forward a JSON body to the agent and answer req with {"data": <the
  * agent's answer>}, streamed; agent errors become "Error in <what>: ...". */
 void agent_relay(struct http_request *req, struct sandbox *sb,
