@@ -421,9 +421,10 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	json_t *tools;
 	struct error e;
 
-	(void)sb;
 	if (err != NULL) {
-		sandboxd_reply_rpc_error(r->req, r->what, err);
+		e = *err;
+		error_prefix(&e, "the agent of %s", sb->name);
+		sandboxd_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
 	}
@@ -432,8 +433,8 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	if (status == 404 || (status == 200 && json_is_object(answer))) {
 		tools = status == 200 ? json_deep_copy(answer) : json_object();
 	} else {
-		error_set(&e, 502, "the agent answered HTTP %d to "
-		    "/mcp/list_tools", status);
+		error_set(&e, 502, "the agent of %s answered HTTP %d to "
+		    "/mcp/list_tools", sb->name, status);
 		sandboxd_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
