@@ -4,6 +4,13 @@
  * relay that answers a spec RPC with the agent's own answer wrapped in
  * {"data": ...}, streamed through without parsing, so a 16 MiB command
  * output costs neither a parse nor a copy of the whole.
+ *
+ * How long a call may go without progress: SANDBOXD_PROXY_TIMEOUT, except
+ * for the calls that carry their own "timeout" (commands, IPython cells,
+ * MCP tool calls). A plain command says nothing until it ends, and the
+ * agent ends it at that timeout (at most a week) and answers; a clock
+ * shorter than the caller's would kill work the caller asked for, so the
+ * relay waits that long plus a margin for the answer to come back.
  */
 #include "sandboxd.h"
 
@@ -25,6 +32,10 @@
 /* No agent's JSON answer comes near this (command output is capped at
  * megabytes); one that announces more is broken or hostile. */
 #define RELAY_MAX_ANSWER ((int64_t)1 << 40)
+/* The longest "timeout" the agent takes, and how long after it fires
+ * its answer may take (an IPython cell is interrupted, then killed). */
+#define AGENT_MAX_TIMEOUT (7 * 24 * 3600.0)
+#define TIMEOUT_MARGIN 60.0
 
 /* One agent_call_json in flight; holds a reference to sb. */
 struct json_call {
@@ -119,6 +130,45 @@ agent_error(struct relay *rl, struct error *err)
 		    rl->sb_name, rl->status, (int)(len > 200 ? 200 : len),
 		    len > 0 ? text : "");
 	json_decref(j);
+}
+
+int
+agent_takes_timeout(const char *target)
+{
+	static const char *const routes[] = { "/tools/run_shell_command",
+	    "/tools/run_ipython_cell", "/mcp/call_tool" };
+	char *path;
+	const char *p;
+	int yes = 0;
+
+	if (http_percent_decode(target, strcspn(target, "?"), 0, &path) < 0)
+		return 0;
+	p = path;
+	if (strncmp(p, "/fastapi/", 9) == 0)
+		p += 8;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		yes |= strcmp(p, routes[i]) == 0;
+	free(path);
+	return yes;
+}
+
+double
+agent_call_timeout(const char *target, json_t *body)
+{
+	json_t *t = json_object_get(body, "timeout");
+	double asked;
+
+	if (!agent_takes_timeout(target))
+		return sd.cfg.proxy_timeout;
+	if (body == NULL)
+		asked = AGENT_MAX_TIMEOUT;
+	else if (json_is_number(t) && json_number_value(t) > 0)
+		asked = json_number_value(t) < AGENT_MAX_TIMEOUT ?
+		    json_number_value(t) : AGENT_MAX_TIMEOUT;
+	else
+		return sd.cfg.proxy_timeout;
+	return asked + TIMEOUT_MARGIN > sd.cfg.proxy_timeout ?
+	    asked + TIMEOUT_MARGIN : sd.cfg.proxy_timeout;
 }
 
 int
@@ -271,7 +321,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	opts.headers = headers;
 	opts.body = text;
 	opts.body_len = strlen(text);
-	opts.timeout = sd.cfg.proxy_timeout;
+	opts.timeout = agent_call_timeout(target, body);
 	cb.on_head = relay_head_cb;
 	cb.on_body = relay_body_cb;
 	cb.on_done = relay_done_cb;

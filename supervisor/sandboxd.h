@@ -377,6 +377,13 @@ typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
 void agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
+/* Whether the agent's route at target (query and /fastapi aside) takes a
+ * "timeout" for the call: commands, IPython cells, MCP tool calls. */
+int agent_takes_timeout(const char *target);
+/* Seconds a call to the agent's target may go without progress: the
+ * call's own "timeout" plus a margin where the route takes one, never less
+ * than SANDBOXD_PROXY_TIMEOUT; body NULL: not seen (the agent's longest). */
+double agent_call_timeout(const char *target, json_t *body);
 /* The Content-Length of an agent's answer: -1 when it has none (chunked
  * or until close); -1 also as the return value when it is not a number
  * of at most max bytes. */
