@@ -224,6 +224,11 @@ upload_fail(struct upload *up, const struct error *err)
 {
 	struct http_request *req = up->req;
 
+	/* The writer may be amid a write to the file: it closes it. */
+	if (up->writer != NULL && up->file.fd >= 0) {
+		disk_writer_close(up->writer, up->file.fd);
+		up->file.fd = -1;
+	}
 	disk_writer_free(up->writer);
 	up->writer = NULL;
 	staged_discard(&up->file);
@@ -237,6 +242,7 @@ upload_finish(struct upload *up)
 {
 	struct http_request *req = up->req;
 	struct error err = { 0 };
+	struct stat st;
 	json_t *info;
 	int e = disk_writer_error(up->writer);
 
@@ -245,14 +251,15 @@ upload_finish(struct upload *up)
 		upload_fail(up, &err);
 		return;
 	}
+	/* Everything is written: the thread holds on to nothing of ours. */
 	disk_writer_free(up->writer);
 	up->writer = NULL;
-	if (staged_commit(&up->file, up->agent, up->base, up->rel, &err) < 0 ||
-	    (info = fsops_entry_info(up->agent, up->parentfd, up->base,
-	    up->rel, &err)) == NULL) {
+	if (staged_commit(&up->file, up->agent, up->parentfd, up->base,
+	    up->rel, &st, &err) < 0) {
 		upload_fail(up, &err);
 		return;
 	}
+	info = fsops_entry_json(up->agent, up->rel, &st);
 	upload_free(up);
 	http_reply_json(req, 200, info);
 }
@@ -296,9 +303,14 @@ upload_data_cb(struct http_request *req, const char *data, size_t len,
 		upload_fail(up, &err);
 		return -1;
 	}
-	if (disk_writer_write(up->writer, up->file.fd, data, len)) {
+	switch (disk_writer_write(up->writer, up->file.fd, data, len, &err)) {
+	case -1:
+		upload_fail(up, &err);
+		return -1;
+	case 1:
 		up->paused = 1;
 		http_request_pause_body(req);
+		break;
 	}
 	return 0;
 }

@@ -1,0 +1,223 @@
+"""The workspace file routes and git under attack from the sandbox's own
+user: the agent runs as root with --run-as (as every image runs it), the
+workspace belongs to that user, and a process of theirs races the agent.
+Each test reproduces a finding of issue 10 against the real binary.
+
+The test process is root; it acts as the sandbox user from a forked child
+that drops to the --run-as ids (as the agent's own commands do).
+"""
+import ctypes
+import http.client
+import json
+import os
+import select
+import stat
+import struct
+import time
+
+import pytest
+
+RUN_AS = (4321, 4321)
+HIDDEN = ".sandbox-upload-"
+
+
+def as_user(fn, *args):
+    """Fork a child that runs fn(*args) as the --run-as user; its pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(RUN_AS[1])
+            os.setuid(RUN_AS[0])
+            fn(*args)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def wait_child(pid, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the user's process did not finish")
+
+
+@pytest.fixture
+def user_workspace(tmp_workspace):
+    """The workspace, owned by the --run-as user; its parent may be
+    traversed, as a container's / can."""
+    os.chmod(os.path.dirname(tmp_workspace), 0o755)
+    os.chown(tmp_workspace, *RUN_AS)
+    return tmp_workspace
+
+
+@pytest.fixture
+def hostile_agent(start_agent, user_workspace):
+    return start_agent("--run-as", "%d:%d" % RUN_AS)
+
+
+@pytest.fixture
+def secret(user_workspace):
+    """A root-only file outside the workspace, and its state."""
+    outside = os.path.join(os.path.dirname(user_workspace), "outside")
+    os.mkdir(outside, 0o700)
+    path = os.path.join(outside, "secret")
+    with open(path, "w") as f:
+        f.write("root's alone")
+    os.chmod(path, 0o600)
+    return path
+
+
+def state(path):
+    st = os.lstat(path)
+    with open(path, "rb") as f:
+        return (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, f.read())
+
+
+# Item 1: root chmods any path through a symlink renamed over a staged
+# upload.
+
+IN_CREATE = 0x100
+IN_MOVED_TO = 0x80
+IN_ISDIR = 0x40000000
+
+
+def attacker(ws, target, stop, report_fd):
+    """Watch the workspace root and swap every hidden upload name for a
+    symlink to target, as fast as inotify tells of one; a directory is
+    looked into and, failing that, swapped for a symlink to target's
+    directory. Each attempt goes to report_fd as one line."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if libc.inotify_add_watch(ino, ws.encode(), IN_CREATE | IN_MOVED_TO) < 0:
+        raise OSError(ctypes.get_errno(), "inotify_add_watch")
+    os.write(report_fd, b"ready\n")
+    n = 0
+    ours = set()    # names our own renames made: not the agent's
+    deadline = time.time() + 60
+    while not os.path.exists(stop) and time.time() < deadline:
+        if not select.select([ino], [], [], 0.05)[0]:
+            continue
+        buf = os.read(ino, 65536)
+        off = 0
+        while off < len(buf):
+            _, mask, _, size = struct.unpack_from("iIII", buf, off)
+            name = buf[off + 16:off + 16 + size].rstrip(b"\0").decode()
+            off += 16 + size
+            if not name.startswith(HIDDEN) or name in ours:
+                continue
+            ours.add(name)
+            p = os.path.join(ws, name)
+            tmp = os.path.join(ws, "attack%d" % n)
+            n += 1
+            try:
+                if mask & IN_ISDIR:
+                    try:
+                        os.listdir(p)
+                        os.write(report_fd, b"listed the stage\n")
+                    except OSError:
+                        os.write(report_fd, b"stage closed to us\n")
+                    os.rename(p, tmp + ".moved")
+                    os.symlink(os.path.dirname(target), tmp)
+                    os.rename(tmp, p)
+                    os.write(report_fd, b"swapped a directory\n")
+                else:
+                    os.symlink(target, tmp)
+                    os.rename(tmp, p)
+                    os.write(report_fd, b"swapped a file\n")
+            except OSError as e:
+                os.write(report_fd, ("failed: %s\n" % e).encode())
+
+
+def slow_request(agent, method, path, headers, pieces, between):
+    """Send the body in pieces, calling between() after each but the last;
+    the status and the JSON answer."""
+    conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=60)
+    conn.putrequest(method, path)
+    conn.putheader("Authorization", f"Bearer {agent.token}")
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.putheader("Content-Length", str(sum(map(len, pieces))))
+    conn.endheaders()
+    for i, piece in enumerate(pieces):
+        conn.send(piece)
+        if i < len(pieces) - 1:
+            between()
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    return r.status, body
+
+
+def read_reports(fd, want, timeout=10):
+    """Lines from the attacker until one of want (or the timeout)."""
+    got = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if select.select([fd], [], [], 0.05)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            got += chunk
+            if any(w in got for w in want):
+                break
+    return got.decode()
+
+
+def test_a_symlink_renamed_over_a_staged_batch_file_changes_nothing_outside(
+        hostile_agent, secret):
+    ws = hostile_agent.workspace
+    victim = os.path.join(ws, "victim.txt")
+    with open(victim, "w") as f:
+        f.write("the user's old file")
+    os.chmod(victim, 0o666)
+    os.chown(victim, *RUN_AS)
+    before = state(secret)
+    stop = os.path.join(os.path.dirname(ws), "stop-attack")
+    rfd, wfd = os.pipe()
+    pid = as_user(attacker, ws, secret, stop, wfd)
+    os.close(wfd)
+    try:
+        assert "ready" in read_reports(rfd, [b"ready"])
+        content = b"uploaded by the client\n" * 4000
+        head = (b"--BB\r\nContent-Disposition: form-data; name=\"paths\""
+                b"\r\n\r\nvictim.txt\r\n--BB\r\nContent-Disposition: "
+                b"form-data; name=\"files\"; filename=\"v\"\r\n\r\n")
+        tail = b"\r\n--BB--\r\n"
+        seen = []
+        status, body = slow_request(
+            hostile_agent, "POST", "/workspace/files:batch",
+            {"Content-Type": "multipart/form-data; boundary=BB"},
+            [head + content[:1000], content[1000:] + tail],
+            lambda: seen.append(read_reports(
+                rfd, [b"swapped", b"failed"])))
+        open(stop, "w").close()
+        assert wait_child(pid) == 0
+        seen.append(read_reports(rfd, [], timeout=0.2))
+    finally:
+        open(stop, "w").close()
+        os.close(rfd)
+    # The race was run: the user's process saw the upload's staging.
+    assert "".join(seen).strip(), seen
+    # Nothing outside the workspace changed, whatever the race did.
+    assert state(secret) == before
+    assert stat.S_IMODE(os.stat(os.path.dirname(secret)).st_mode) == 0o700
+    # The upload landed, as the regular file it is, or failed: never a
+    # 200 for a symlink the user put in its place.
+    if status == 200:
+        info = json.loads(body)
+        assert [i["type"] for i in info] == ["file"], info
+        st = os.lstat(victim)
+        assert stat.S_ISREG(st.st_mode)
+        with open(victim, "rb") as f:
+            assert f.read() == content
+    else:
+        assert status in (409, 500), body
+    assert hostile_agent.get("/healthz").status_code == 200
