@@ -49,6 +49,8 @@ struct agent {
 	int drop_ids;			/* commands run as uid/gid below */
 	uid_t uid;
 	gid_t gid;
+	char *run_as_home;		/* that user's home (/etc/passwd);
+					 * NULL when unknown */
 	const struct tool_group **tool_groups;	/* --tools, in that order */
 	size_t ntool_groups;
 	struct mcp *mcp;		/* MCP servers (mcp.c) */

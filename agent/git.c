@@ -62,10 +62,33 @@ static struct work_queue *git_queue;
 /* Set at shutdown: queued jobs are answered 503 instead of run. */
 static atomic_int git_stopping;
 
+/* libgit2 finds the global and XDG configuration through $HOME, which is
+ * root's: under --run-as the worker, with the user's file-system ids,
+ * cannot even stat root's ~/.gitconfig (every route failed on it), and
+ * root's settings must not apply to the user's repository anyway. The
+ * run-as user's own home instead, or none when it is unknown. */
+static void
+config_search_paths(struct agent *agent)
+{
+	const char *home = agent->run_as_home != NULL ? agent->run_as_home : "";
+	char *xdg = home[0] != '\0' ? xasprintf("%s/.config/git", home) :
+	    xstrdup("");
+
+	if (git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, GIT_CONFIG_LEVEL_GLOBAL,
+	    home) < 0 || git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH,
+	    GIT_CONFIG_LEVEL_XDG, xdg) < 0)
+		log_warn("git: cannot point the configuration at the run-as "
+		    "user's home: %s", git_error_last() != NULL ?
+		    git_error_last()->message : "libgit2 error");
+	free(xdg);
+}
+
 void
 git_routes_init(struct agent *agent)
 {
 	git_libgit2_init();
+	if (agent->drop_ids)
+		config_search_paths(agent);
 	/* The workspace is often a host directory mounted with the host
 	 * user's ids, and the agent is its only git user, so libgit2's
 	 * safe.directory ownership check would only refuse good requests. */

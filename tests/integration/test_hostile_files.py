@@ -221,3 +221,86 @@ def test_a_symlink_renamed_over_a_staged_batch_file_changes_nothing_outside(
     else:
         assert status in (409, 500), body
     assert hostile_agent.get("/healthz").status_code == 200
+
+
+# Item 9: git under --run-as with root's HOME; the workspace the agent
+# makes when it is missing.
+
+def commit(agent, message):
+    r = agent.post("/watcher/commit_changes", {"commit_message": message})
+    assert r.status_code == 200, r.text
+    return r.json()["commit"]
+
+
+def test_git_routes_work_under_run_as_with_roots_home(start_agent,
+                                                      user_workspace):
+    # HOME as root has it in a container: a directory the user cannot
+    # enter, so libgit2 could not even stat ~/.gitconfig there.
+    assert os.stat("/root").st_mode & 0o001 == 0
+    a = start_agent("--run-as", "%d:%d" % RUN_AS,
+                    env={"HOME": "/root", "XDG_CONFIG_HOME": "/root/.config"})
+    r = a.get("/watcher/git_logs")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"logs": []}
+    with open(os.path.join(user_workspace, "a.txt"), "w") as f:
+        f.write("a\n")
+    os.chown(os.path.join(user_workspace, "a.txt"), *RUN_AS)
+    sha = commit(a, "first")
+    r = a.post("/watcher/generate_diff", {})
+    assert r.status_code == 200 and r.json() == {"diffs": {}}, r.text
+    assert [c["commit"] for c in a.get("/watcher/git_logs").json()["logs"]] \
+        == [sha]
+
+
+def test_roots_git_configuration_does_not_reach_the_users_repository(
+        start_agent, user_workspace):
+    home = os.path.join(os.path.dirname(user_workspace), "roothome")
+    os.mkdir(home, 0o755)
+    with open(os.path.join(home, ".gitconfig"), "w") as f:
+        f.write("[user]\n\tname = Root Leak\n\temail = root@leak.example\n")
+    a = start_agent("--run-as", "%d:%d" % RUN_AS,
+                    env={"HOME": home,
+                         "XDG_CONFIG_HOME": os.path.join(home, ".config")})
+    commit(a, "who am I")
+    logs = a.get("/watcher/git_logs").json()["logs"]
+    # The user has no configuration of their own: the protocol's fallback.
+    assert [c["author"] for c in logs] == ["User"]
+
+
+def test_git_reads_the_workspace_with_the_users_groups_only(start_agent,
+                                                            user_workspace):
+    # The agent's supplementary groups (Docker gives root disk, adm and
+    # more) must not let its git read what the user cannot, into objects
+    # the user can read. The agent inherits this group from us.
+    group = 4242
+    saved = os.getgroups()
+    os.setgroups([group])
+    try:
+        # A HOME the user may read: only the groups are at stake here.
+        a = start_agent("--run-as", "%d:%d" % RUN_AS, env={"HOME": "/"})
+    finally:
+        os.setgroups(saved)
+    path = os.path.join(user_workspace, "group-only.txt")
+    with open(path, "w") as f:
+        f.write("for the group\n")
+    os.chown(path, 0, group)
+    os.chmod(path, 0o640)
+    r = a.post("/watcher/commit_changes", {"commit_message": "try"})
+    assert r.status_code != 200, r.text
+    assert "detail" in r.json()
+    res = a.shell("git ls-files; cat .git/objects/*/* | wc -c")
+    assert "group-only.txt" not in str(res)
+
+
+def test_a_workspace_the_agent_makes_is_the_users(start_agent,
+                                                  tmp_workspace):
+    top = os.path.dirname(tmp_workspace)
+    os.chmod(top, 0o755)
+    ws = os.path.join(top, "made")
+    a = start_agent("--run-as", "%d:%d" % RUN_AS, workspace=ws)
+    st = os.stat(ws)
+    assert (st.st_uid, st.st_gid) == RUN_AS
+    res = a.shell("echo mine > by-the-user.txt")
+    made = os.path.join(ws, "by-the-user.txt")
+    assert os.path.exists(made), res
+    assert os.stat(made).st_uid == RUN_AS[0]
