@@ -21,7 +21,12 @@
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
+#include "work_pool.h"
 #include "xmalloc.h"
+
+/* Threads of the I/O pool at most: file reads and deletes that block at
+ * once before the next one waits. */
+#define IO_THREADS	16
 
 extern char **environ;
 
@@ -332,6 +337,9 @@ setup(int argc, char **argv)
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
+	agent.io_pool = work_pool_new(agent.base, IO_THREADS, &err);
+	if (agent.io_pool == NULL)
+		log_warn("file reads and deletes will fail: %s", err.msg);
 	git_routes_init(&agent);
 	staged_sweep_start(&agent);
 	mcp_init(&agent);
@@ -379,6 +387,7 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
+	work_pool_free(agent.io_pool);
 	git_routes_shutdown();
 	tools_shutdown();
 	staged_sweep_shutdown();

@@ -6,13 +6,16 @@ Each test reproduces a finding of issue 10 against the real binary.
 The test process is root; it acts as the sandbox user from a forked child
 that drops to the --run-as ids (as the agent's own commands do).
 """
+import concurrent.futures
 import ctypes
 import http.client
 import json
 import os
 import select
+import shutil
 import stat
 import struct
+import tempfile
 import time
 
 import pytest
@@ -304,3 +307,116 @@ def test_a_workspace_the_agent_makes_is_the_users(start_agent,
     made = os.path.join(ws, "by-the-user.txt")
     assert os.path.exists(made), res
     assert os.stat(made).st_uid == RUN_AS[0]
+
+
+# Item 8: resource failures answer errors; slow disk work stays off the
+# event loop.
+
+class PidsCgroup:
+    """A pids cgroup of our own (v1 or v2, whichever the machine has), the
+    way a container's pids limit holds the agent."""
+
+    def __init__(self):
+        v1 = "/sys/fs/cgroup/pids"
+        if os.path.exists(os.path.join(v1, "cgroup.procs")):
+            base = v1
+        else:
+            base = "/sys/fs/cgroup"
+            with open(os.path.join(base, "cgroup.controllers")) as f:
+                assert "pids" in f.read().split(), \
+                    "no pids cgroup controller on this machine"
+            with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                f.write("+pids")
+        self.path = os.path.join(base, "sbx-test-%d" % os.getpid())
+        os.mkdir(self.path)
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def remove(self):
+        deadline = time.time() + 10
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+@pytest.fixture
+def pids_cgroup():
+    cg = PidsCgroup()
+    yield cg
+    cg.remove()
+
+
+def test_at_the_pids_limit_uploads_answer_503_and_the_agent_serves_on(
+        pids_cgroup, hostile_agent):
+    a = hostile_agent
+    with open(os.path.join(a.workspace, "here.txt"), "wb") as f:
+        f.write(b"x" * 100000)
+    pids_cgroup.write("cgroup.procs", a.proc.pid)
+    # As a command that forked up to the limit leaves it: no new task,
+    # not even a thread, can start in the sandbox.
+    pids_cgroup.write("pids.max", 1)
+    big = os.urandom(200 * 1024)
+    r = a.put("/workspace/file", params={"path": "big.bin"}, data=big)
+    assert r.status_code == 503, r.text
+    assert "limit of processes" in r.json()["detail"]
+    r = a.post("/workspace/files:batch",
+               files=[("files", ("b.bin", big)), ("paths", (None, "b.bin"))])
+    assert r.status_code == 503, r.text
+    for r in [a.get("/workspace/file", params={"path": "here.txt"}),
+              a.delete("/workspace/entry", params={"path": "here.txt"})]:
+        assert r.status_code == 503, r.text
+        assert "detail" in r.json()
+    assert a.proc.poll() is None
+    assert a.get("/healthz").status_code == 200
+    # Small uploads need no thread of their own.
+    r = a.put("/workspace/file", params={"path": "small.txt"}, data=b"s")
+    assert r.status_code == 200, r.text
+    assert sorted(os.listdir(a.workspace)) == ["here.txt", "small.txt"]
+    pids_cgroup.write("pids.max", "max")
+    r = a.put("/workspace/file", params={"path": "big.bin"}, data=big)
+    assert r.status_code == 200, r.text
+    assert a.get("/workspace/file", params={"path": "big.bin",
+                                            "format": "bytes"}).content == big
+    r = a.delete("/workspace/entry", params={"path": "here.txt"})
+    assert r.status_code == 204
+
+
+@pytest.fixture
+def shm_workspace():
+    """A workspace on tmpfs, where a tree of many files is quick to make."""
+    top = tempfile.mkdtemp(prefix="sbx-test-", dir="/dev/shm")
+    ws = os.path.join(top, "workspace")
+    os.mkdir(ws)
+    yield ws
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_huge_delete_does_not_hold_up_the_agent(shm_workspace,
+                                                  start_agent):
+    a = start_agent(workspace=shm_workspace)
+    tree = os.path.join(shm_workspace, "tree")
+    for d in range(50):
+        os.makedirs(os.path.join(tree, "d%d" % d))
+        for i in range(1000):
+            os.close(os.open(os.path.join(tree, "d%d" % d, "f%d" % i),
+                             os.O_CREAT | os.O_WRONLY, 0o644))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        gone = pool.submit(a.delete, "/workspace/entry",
+                           params={"path": "tree"})
+        while os.path.exists(tree) and len(os.listdir(tree)) == 50:
+            assert not gone.done(), gone.result().text
+            time.sleep(0.001)
+        r = a.get("/healthz", timeout=120)
+        # Answered before the delete finished: the tree is still there.
+        still_there = os.path.exists(tree)
+        assert gone.result(timeout=300).status_code == 204
+    assert r.status_code == 200
+    assert still_there
+    assert not os.path.exists(tree)
