@@ -4,7 +4,7 @@
  *
  *   POST /watcher/commit_changes {"commit_message"?}
  *   POST /watcher/generate_diff {"commit_a"?, "commit_b"?}
- *   GET  /watcher/git_logs[?limit=N]
+ *   GET  /watcher/git_logs[?limit=N][&offset=M]
  *
  * This file holds the routes, the commit and the diff; git_diff.c writes
  * diffs as JSON, git_log.c the history.
@@ -19,6 +19,8 @@
  */
 #include "agent.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +38,8 @@
 #include "xmalloc.h"
 
 #define DEFAULT_MESSAGE "Automated commit"
+#define LOGS_DEFAULT	100	/* commits a log answer holds unless asked */
+#define LOGS_MAX	1000	/* and at most */
 #define FALLBACK_NAME "User"
 #define FALLBACK_EMAIL "user@example.com"
 
@@ -51,7 +55,7 @@ struct git_job {
 	git_job_fn fn;
 	char *message;			/* commit */
 	char *rev_a, *rev_b;		/* diff; both NULL: worktree vs HEAD */
-	unsigned long limit;		/* logs; 0: every commit */
+	unsigned long limit, offset;	/* logs */
 	struct evbuffer *answer;	/* the JSON answer */
 	struct error err;
 	int failed;
@@ -353,7 +357,7 @@ diff_run(struct git_job *job, git_repository *repo, struct error *err)
 		goto out;
 	}
 	evbuffer_add(job->answer, "{\"diffs\":", 9);
-	if (git_diff_append_json(job->answer, diff, err) < 0)
+	if (git_diff_append_json(job->answer, diff, 0, err) < 0)
 		goto out;
 	evbuffer_add(job->answer, "}", 1);
 	ret = 0;
@@ -369,7 +373,8 @@ out:
 static int
 logs_run(struct git_job *job, git_repository *repo, struct error *err)
 {
-	return git_log_append_json(job->answer, repo, job->limit, err);
+	return git_log_append_json(job->answer, repo, job->limit, job->offset,
+	    err);
 }
 
 /* On the worker thread. */
@@ -507,23 +512,44 @@ git_route_diff(struct http_request *req, void *arg)
 	submit(job);
 }
 
+/* A query parameter as a number in [min, max]; def when absent. */
+static int
+query_number(struct http_request *req, const char *name, unsigned long def,
+    unsigned long min, unsigned long max, unsigned long *out,
+    struct error *err)
+{
+	const char *s = http_request_query(req, name);
+	char *end;
+
+	*out = def;
+	if (s == NULL)
+		return 0;
+	errno = 0;
+	*out = strtoul(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno == ERANGE ||
+	    *out < min || *out > max) {
+		error_set(err, 400, "%s must be an integer from %lu to %lu",
+		    name, min, max);
+		return -1;
+	}
+	return 0;
+}
+
 void
 git_route_logs(struct http_request *req, void *arg)
 {
-	const char *limit = http_request_query(req, "limit");
-	unsigned long n = 0;
+	unsigned long limit, offset;
+	struct error err = { 0 };
 	struct git_job *job;
-	char *end;
 
-	if (limit != NULL) {
-		n = strtoul(limit, &end, 10);
-		if (limit[0] < '0' || limit[0] > '9' || *end != '\0' || n == 0) {
-			http_reply_error(req, 400, "limit must be a positive "
-			    "integer");
-			return;
-		}
+	if (query_number(req, "limit", LOGS_DEFAULT, 1, LOGS_MAX, &limit,
+	    &err) < 0 || query_number(req, "offset", 0, 0, ULONG_MAX, &offset,
+	    &err) < 0) {
+		http_reply_err(req, &err);
+		return;
 	}
 	job = job_new(arg, req, logs_run);
-	job->limit = n;
+	job->limit = limit;
+	job->offset = offset;
 	submit(job);
 }

@@ -15,6 +15,7 @@ import select
 import shutil
 import stat
 import struct
+import subprocess
 import tempfile
 import time
 
@@ -420,3 +421,96 @@ def test_a_huge_delete_does_not_hold_up_the_agent(shm_workspace,
     assert r.status_code == 200
     assert still_there
     assert not os.path.exists(tree)
+
+
+# Item 8: GET /watcher/git_logs over a history the user wrote.
+
+def make_history(ws, commits):
+    """Commits (each {path: bytes}) written with git fast-import, oldest
+    first, by the user who owns the workspace."""
+    env = dict(os.environ, HOME="/nonexistent", GIT_CONFIG_NOSYSTEM="1")
+    subprocess.run(["git", "init", "-q", ws], check=True, env=env)
+    stream = []
+    for i, files in enumerate(commits):
+        msg = b"commit %d" % i
+        stream.append(b"commit refs/heads/master\ncommitter U <u@example.com> "
+                      b"%d +0000\ndata %d\n%s\n" % (1700000000 + i, len(msg),
+                                                    msg))
+        for path, data in files.items():
+            stream.append(b"M 100644 inline %s\ndata %d\n%s\n" % (
+                path.encode(), len(data), data))
+    git = ["git", "-c", "safe.directory=*", "-C", ws]
+    subprocess.run(git + ["fast-import", "--quiet"],
+                   input=b"".join(stream), check=True, env=env)
+    subprocess.run(git + ["symbolic-ref", "HEAD", "refs/heads/master"],
+                   check=True, env=env)
+    for dirpath, dirnames, filenames in os.walk(ws):
+        for name in dirnames + filenames + ["."]:
+            os.lchown(os.path.join(dirpath, name), *RUN_AS)
+
+
+@pytest.fixture
+def git_hostile_agent(start_agent, user_workspace):
+    # A HOME the user may read: the log's bounds are at stake here.
+    return start_agent("--run-as", "%d:%d" % RUN_AS, env={"HOME": "/"})
+
+
+def logs(agent, **params):
+    r = agent.get("/watcher/git_logs", params=params)
+    return r.status_code, r.json(), len(r.content)
+
+
+def test_git_logs_of_a_long_history_come_a_page_at_a_time(git_hostile_agent):
+    a = git_hostile_agent
+    make_history(a.workspace, [{"n.txt": b"%d\n" % i} for i in range(150)])
+    status, body, _ = logs(a)
+    assert status == 200 and set(body) == {"logs"}
+    # Not the whole history unless asked: a default page, newest first.
+    assert [c["message"] for c in body["logs"]] == \
+        ["commit %d" % i for i in range(149, 49, -1)]
+    status, body, _ = logs(a, limit=30, offset=140)
+    assert status == 200
+    assert [c["message"] for c in body["logs"]] == \
+        ["commit %d" % i for i in range(9, -1, -1)]
+    assert body["logs"][0]["diff"] == {
+        "n.txt": "--- a/n.txt\n+++ b/n.txt\n@@ -1 +1 @@\n-8\n+9"}
+    assert logs(a, offset=150)[:2] == (200, {"logs": []})
+    for bad in [{"limit": 0}, {"limit": 1001}, {"limit": "x"},
+                {"offset": -1}, {"offset": "1e3"}]:
+        status, body, _ = logs(a, **bad)
+        assert status == 400 and "detail" in body, bad
+
+
+def test_git_logs_are_bounded_whatever_the_diffs(git_hostile_agent):
+    a = git_hostile_agent
+    mib = 1024 * 1024
+
+    def text(tag, size):
+        line = b"%s %s\n" % (tag, b"x" * 50)
+        return (line * (size // len(line) + 1))[:size]
+
+    make_history(a.workspace, [
+        {"small.txt": b"a\n"},
+        # 40 files of 1 MiB: some 40 MiB of diff in one commit.
+        {"big/%02d.txt" % i: text(b"%d" % i, mib) for i in range(40)},
+        # Past the size a blob is diffed at: shown as binary, never read.
+        {"huge.txt": text(b"huge", 3 * mib)},
+        {"small.txt": b"b\n"},
+    ])
+    status, body, size = logs(a)
+    # The page ends before the commit that would make it too large.
+    assert status == 200, body
+    assert size <= 32 * mib
+    assert [c["message"] for c in body["logs"]] == ["commit 3", "commit 2"]
+    assert body["logs"][1]["diff"] == {"huge.txt": "--- a/huge.txt\n+++ "
+                                       "b/huge.txt\nBinary files a/huge.txt "
+                                       "and b/huge.txt differ"}
+    status, body, size = logs(a, offset=2)
+    assert status == 413, size
+    assert "generate_diff" in body["detail"]
+    assert [c["message"] for c in logs(a, offset=3)[1]["logs"]] == \
+        ["commit 0"]
+    # The big commit is still there for the diff route.
+    r = a.post("/watcher/generate_diff", {"commit_a": "HEAD~3",
+                                          "commit_b": "HEAD~2"})
+    assert r.status_code == 200 and len(r.json()["diffs"]) == 40
