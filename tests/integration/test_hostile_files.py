@@ -227,6 +227,124 @@ def test_a_symlink_renamed_over_a_staged_batch_file_changes_nothing_outside(
     assert hostile_agent.get("/healthz").status_code == 200
 
 
+
+def test_a_symlink_renamed_over_a_replacing_upload_changes_nothing_outside(
+        hostile_agent, secret):
+    # A PUT over an existing file passes through a hidden name for a
+    # moment (a link never replaces); the user's process races it.
+    ws = hostile_agent.workspace
+    victim = os.path.join(ws, "victim.txt")
+
+    def reset():
+        if os.path.lexists(victim):
+            os.unlink(victim)
+        with open(victim, "w") as f:
+            f.write("the user's old file")
+        os.chmod(victim, 0o666)
+        os.chown(victim, *RUN_AS)
+
+    reset()
+    before = state(secret)
+    stop = os.path.join(os.path.dirname(ws), "stop-attack")
+    rfd, wfd = os.pipe()
+    pid = as_user(attacker, ws, secret, stop, wfd)
+    os.close(wfd)
+    statuses = []
+    try:
+        assert "ready" in read_reports(rfd, [b"ready"])
+        for i in range(100):
+            data = b"upload %d\n" % i
+            r = hostile_agent.put("/workspace/file",
+                                  params={"path": "victim.txt"}, data=data)
+            statuses.append(r.status_code)
+            assert state(secret) == before, i
+            if r.status_code == 200:
+                assert r.json()["type"] == "file"
+                assert stat.S_ISREG(os.lstat(victim).st_mode)
+                with open(victim, "rb") as f:
+                    assert f.read() == data
+            else:
+                assert r.status_code == 409, r.text
+                reset()
+        open(stop, "w").close()
+        assert wait_child(pid) == 0
+        reports = read_reports(rfd, [], timeout=0.2)
+    finally:
+        open(stop, "w").close()
+        os.close(rfd)
+    # The race was run, and uploads still got through.
+    assert "swapped a file" in reports
+    assert 200 in statuses
+
+
+
+def dir_attacker(ws, root_dir, stop, report_fd):
+    """Each new directory named new* in the workspace root is swapped, as
+    soon as inotify tells, for root_dir (root's, in the workspace, so the
+    user may rename it but not change it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if libc.inotify_add_watch(ino, ws.encode(), IN_CREATE) < 0:
+        raise OSError(ctypes.get_errno(), "inotify_add_watch")
+    os.write(report_fd, b"ready\n")
+    cur = root_dir
+    deadline = time.time() + 60
+    while not os.path.exists(stop) and time.time() < deadline:
+        if not select.select([ino], [], [], 0.05)[0]:
+            continue
+        buf = os.read(ino, 65536)
+        off = 0
+        while off < len(buf):
+            _, mask, _, size = struct.unpack_from("iIII", buf, off)
+            name = buf[off + 16:off + 16 + size].rstrip(b"\0").decode()
+            off += 16 + size
+            if not (mask & IN_ISDIR) or not name.startswith("new"):
+                continue
+            p = os.path.join(ws, name)
+            try:
+                os.rename(p, p + ".made")
+                os.rename(cur, p)
+                cur = p
+                os.write(report_fd, b"swapped a directory\n")
+            except OSError as e:
+                os.write(report_fd, ("failed: %s\n" % e).encode())
+
+
+def test_a_directory_swapped_for_a_new_one_is_not_given_to_the_user(
+        hostile_agent):
+    ws = hostile_agent.workspace
+    root_dir = os.path.join(ws, "roots")
+    os.mkdir(root_dir, 0o755)
+    with open(os.path.join(root_dir, "keep.txt"), "w") as f:
+        f.write("root's")
+    ino = os.stat(root_dir).st_ino
+    stop = os.path.join(os.path.dirname(ws), "stop-attack")
+    rfd, wfd = os.pipe()
+    pid = as_user(dir_attacker, ws, root_dir, stop, wfd)
+    os.close(wfd)
+    try:
+        assert "ready" in read_reports(rfd, [b"ready"])
+        for i in range(100):
+            r = hostile_agent.post("/workspace/mkdir", {"path": "new%d" % i})
+            # 404: the name was between the user's two renames.
+            assert r.status_code in (200, 404), r.text
+        open(stop, "w").close()
+        assert wait_child(pid) == 0
+        reports = read_reports(rfd, [], timeout=0.2)
+    finally:
+        open(stop, "w").close()
+        os.close(rfd)
+    assert "swapped a directory" in reports
+    moved = [e for e in os.scandir(ws) if e.inode() == ino]
+    assert len(moved) == 1
+    st = os.stat(moved[0].path)
+    assert (st.st_uid, st.st_gid) == (0, 0)
+    # The directories the agent made are the user's from the start.
+    made = [e for e in os.scandir(ws) if e.name.startswith("new") and
+            e.inode() != ino]
+    assert made and all(os.stat(e.path).st_uid == RUN_AS[0] for e in made)
+
+
 # Item 9: git under --run-as with root's HOME; the workspace the agent
 # makes when it is missing.
 
