@@ -283,11 +283,15 @@ staged_commit(struct staged_file *f, struct agent *agent, int dirfd,
 		f->dirfd = dirfd;
 	}
 	if (renameat(f->dirfd, f->name, dirfd, name) < 0) {
-		if (errno == EXDEV && staged_copy_to(f, dirfd, rel, err) == 0)
-			return staged_commit(f, agent, dirfd, name, rel, st, err);
-		if (errno != EXDEV)
+		if (errno != EXDEV) {
 			path_error(err, errno, "replace", rel);
-		return -1;
+			return -1;
+		}
+		/* Two bind mounts of one filesystem, which staged_same_mount
+		 * could not tell apart: a copy on the target's side. */
+		if (staged_copy_to(f, dirfd, rel, err) < 0)
+			return -1;
+		return staged_commit(f, agent, dirfd, name, rel, st, err);
 	}
 	free(f->name);
 	f->name = NULL;
