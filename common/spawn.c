@@ -1,16 +1,12 @@
-#include "spawn.h"
+#include "spawn_internal.h"
 
 #include <errno.h>
-#include <grp.h>
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/queue.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +33,9 @@ struct spawn_stream {
 /* Owned by whoever called spawn_start; freed by spawn_free. */
 struct spawn {
 	struct event_base *base;
-	pid_t pid;
-	int group;
+	pid_t pid;		/* our child: the keeper, if there is one */
+	pid_t cmd;		/* the program (its group, with a keeper) */
+	int group;		/* a keeper with the program in its own group */
 	int exited;
 	int status;
 	int timed_out;
@@ -201,83 +198,26 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	spawn_kill(sp, SIGKILL);
 }
 
-/* In the child: put the pass_fds at 3, 4, ... First each of them,
- * and errfd, moves above that range, so that no dup2 into the range can
- * close one still to be moved. */
+/* The child side's reports, read until exec closes the pipe: the
+ * command's pid (from a keeper) into *cmd; the errno if it failed, else 0. */
 static int
-move_pass_fds(const struct spawn_options *o, int *errfd)
+read_reports(int fd, pid_t *cmd)
 {
-	int high[SPAWN_MAX_PASS_FDS], top = 3 + (int)o->npass_fds, moved;
+	struct spawn_msg msg;
+	int e = 0;
+	ssize_t n;
 
-	if (o->npass_fds == 0)
-		return 0;
-	if (o->npass_fds > SPAWN_MAX_PASS_FDS) {
-		errno = EINVAL;
-		return -1;
+	for (;;) {
+		n = read(fd, &msg, sizeof msg);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof msg)
+			return e;
+		if (msg.kind == SPAWN_MSG_PID)
+			*cmd = (pid_t)msg.value;
+		else
+			e = msg.value;
 	}
-	if ((moved = fcntl(*errfd, F_DUPFD_CLOEXEC, top)) < 0)
-		return -1;
-	*errfd = moved;
-	for (size_t i = 0; i < o->npass_fds; i++)
-		if ((high[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, top)) < 0)
-			return -1;
-	for (size_t i = 0; i < o->npass_fds; i++)
-		if (dup2(high[i], 3 + (int)i) < 0)
-			return -1;
-	return 0;
-}
-
-/* In the child, between fork and exec: only async-signal-safe calls. On
- * failure, the errno goes to the parent through errfd. */
-static void __attribute__((noreturn))
-child_exec(const struct spawn_options *o, int fds[3], int errfd)
-{
-	sigset_t none;
-	int e, first;
-
-	if (o->new_group)
-		setpgid(0, 0);
-	for (int i = 0; i < 3; i++) {
-		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
-			goto fail;
-	}
-	if (move_pass_fds(o, &errfd) < 0)
-		goto fail;
-	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
-	 * into commands: "yes | head" needs SIGPIPE to end yes. */
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (o->cwd != NULL && chdir(o->cwd) < 0)
-		goto fail;
-	if (o->set_ids) {
-		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
-		    setuid(o->uid) < 0)
-			goto fail;
-	}
-	first = 3 + (int)o->npass_fds;
-	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-		for (int fd = first; fd < 1024; fd++)
-			if (fd != errfd)
-				close(fd);
-	}
-	if (o->seccomp != NULL) {
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
-		    o->seccomp) < 0)
-			goto fail;
-	}
-	if (o->envp != NULL)
-		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
-	else
-		execv(o->argv[0], (char *const *)o->argv);
-fail:
-	e = errno;
-	if (write(errfd, &e, sizeof e) < 0)
-		_exit(127);
-	_exit(127);
 }
 
 static int
@@ -295,10 +235,10 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e = 0;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e;
+	sigset_t all, old;
 	struct spawn *sp;
-	ssize_t n;
-	pid_t pid;
+	pid_t pid, cmd;
 
 	for (int i = 0; i < 3; i++) {
 		int p[2];
@@ -315,6 +255,9 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		case SPAWN_INHERIT:
 			child_fd[i] = i;
 			break;
+		case SPAWN_FD:
+			child_fd[i] = o->fd[i];
+			break;
 		case SPAWN_CAPTURE:
 		case SPAWN_PIPE:
 			if (make_pipe(p, err) < 0)
@@ -327,14 +270,22 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	}
 	if (make_pipe(errpipe, err) < 0)
 		goto fail;
+	/* The child must not run our handlers (libevent's would write to
+	 * our loop) before it has reset them: it starts with all blocked. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pid = fork();
-	if (pid < 0) {
-		error_set_errno(err, 500, errno, "fork");
-		goto fail;
-	}
 	if (pid == 0) {
 		close(errpipe[0]);
-		child_exec(o, child_fd, errpipe[1]);
+		if (o->new_group)
+			spawn_child_keeper(o, child_fd, errpipe[1]);
+		spawn_child_exec(o, child_fd, errpipe[1], 0);
+	}
+	e = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		error_set_errno(err, 500, e, "fork");
+		goto fail;
 	}
 	close(errpipe[1]);
 	errpipe[1] = -1;
@@ -342,9 +293,8 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	 * race the child's own setpgid. */
 	if (o->new_group)
 		setpgid(pid, pid);
-	do
-		n = read(errpipe[0], &e, sizeof e);
-	while (n < 0 && errno == EINTR);
+	cmd = pid;
+	e = read_reports(errpipe[0], &cmd);
 	close(errpipe[0]);
 	errpipe[0] = -1;
 	for (int i = 0; i < 3; i++) {
@@ -354,8 +304,8 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (devnull >= 0)
 		close(devnull);
 	devnull = -1;
-	if (n == (ssize_t)sizeof e) {
-		/* exec failed; the child has exited with 127. */
+	if (e != 0) {
+		/* exec failed; the child (or its keeper) exits with 127. */
 		waitpid(pid, NULL, 0);
 		for (int i = 0; i < 3; i++)
 			if (parent_fd[i] >= 0)
@@ -368,6 +318,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	sp = xcalloc(1, sizeof *sp);
 	sp->base = base;
 	sp->pid = pid;
+	sp->cmd = cmd;
 	sp->group = o->new_group;
 	if (cb != NULL)
 		sp->cb = *cb;
@@ -405,7 +356,8 @@ fail:
 	for (int i = 0; i < 3; i++) {
 		if (parent_fd[i] >= 0)
 			close(parent_fd[i]);
-		if (child_fd[i] > 2 && child_fd[i] != devnull)
+		if ((o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE) &&
+		    child_fd[i] >= 0)
 			close(child_fd[i]);
 	}
 	if (devnull >= 0)
@@ -420,7 +372,7 @@ fail:
 pid_t
 spawn_pid(struct spawn *sp)
 {
-	return sp->pid;
+	return sp->cmd;
 }
 
 int
@@ -435,13 +387,17 @@ spawn_take_fd(struct spawn *sp, int stream)
 void
 spawn_kill(struct spawn *sp, int sig)
 {
-	if (sp->exited && !sp->group)
+	if (!sp->group) {
+		if (!sp->exited)
+			kill(sp->pid, sig);
 		return;
+	}
+	/* What left the group only the keeper reaches; it is told first,
+	 * so that it knows when it reaps the command (spawn_child.c). */
+	if (sig == SIGKILL && !sp->exited)
+		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
 	/* The group outlives its leader while background jobs run. */
-	if (sp->group)
-		kill(-sp->pid, sig);
-	else
-		kill(sp->pid, sig);
+	kill(-sp->cmd, sig);
 }
 
 int
