@@ -111,14 +111,63 @@ streams_open(struct spawn *sp)
 	return sp->out[1].fd >= 0 || sp->out[2].fd >= 0;
 }
 
+/* One read of a captured stream, kept or passed on under its cap; returns
+ * as read(2) does. */
+static ssize_t
+read_stream(struct spawn *sp, int stream)
+{
+	struct spawn_stream *s = &sp->out[stream];
+	char buf[SPAWN_READ_CHUNK];
+	ssize_t n, got;
+
+	got = n = read(s->fd, buf, sizeof buf);
+	if (n <= 0)
+		return n;
+	if (s->cap > 0 && s->kept + (uint64_t)n > s->cap) {
+		size_t keep = (size_t)(s->cap - s->kept);
+
+		s->dropped += (uint64_t)n - keep;
+		n = (ssize_t)keep;
+	}
+	if (n == 0)
+		return got;
+	s->kept += (uint64_t)n;
+	if (sp->cb.on_output != NULL)
+		sp->cb.on_output(sp, stream, buf, (size_t)n, sp->arg);
+	else
+		evbuffer_add(s->buf, buf, (size_t)n);
+	return got;
+}
+
+/* Before a pipe is closed, what is in it now: all the command wrote
+ * before it exited is there. No more than the pipe holds, so that a
+ * background job writing on cannot keep us here. */
+static void
+drain(struct spawn *sp, int stream)
+{
+	struct spawn_stream *s = &sp->out[stream];
+	int size;
+	ssize_t n;
+
+	if (s->fd < 0)
+		return;
+	if ((size = fcntl(s->fd, F_GETPIPE_SZ)) <= 0)
+		size = SPAWN_READ_CHUNK;
+	for (ssize_t left = size; left > 0 &&
+	    (n = read_stream(sp, stream)) > 0; left -= n)
+		;
+}
+
 static void
 finish(struct spawn *sp)
 {
 	sp->done = 1;
 	if (sp->grace != NULL)
 		event_del(sp->grace);
-	stream_close(&sp->out[1]);
-	stream_close(&sp->out[2]);
+	for (int i = 1; i < 3; i++) {
+		drain(sp, i);
+		stream_close(&sp->out[i]);
+	}
 	if (sp->cb.on_exit != NULL)
 		sp->cb.on_exit(sp, sp->status, sp->arg);
 }
@@ -134,22 +183,32 @@ grace_cb(evutil_socket_t fd, short what, void *arg)
 		finish(sp);
 }
 
+/* The command exited, its background jobs may hold the pipes: wait a
+ * little for end of file, counting only time we read (not while the
+ * caller has paused the output, else what the command wrote before it
+ * exited would be lost to a slow reader). */
 static void
-spawn_check_done(struct spawn *sp)
+arm_grace(struct spawn *sp)
 {
 	struct timeval tv = { 0, SPAWN_EXIT_GRACE_MS * 1000 };
 
+	if (sp->grace == NULL)
+		sp->grace = evtimer_new(sp->base, grace_cb, sp);
+	if (!evtimer_pending(sp->grace, NULL))
+		evtimer_add(sp->grace, &tv);
+}
+
+static void
+spawn_check_done(struct spawn *sp)
+{
 	if (sp->done || !sp->exited)
 		return;
 	if (!streams_open(sp)) {
 		finish(sp);
 		return;
 	}
-	/* Drain what is already in the pipes, then wait a little for EOF. */
-	if (sp->grace == NULL) {
-		sp->grace = evtimer_new(sp->base, grace_cb, sp);
-		evtimer_add(sp->grace, &tv);
-	}
+	if (!sp->paused)
+		arm_grace(sp);
 }
 
 static void
@@ -157,32 +216,16 @@ read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct spawn *sp = arg;
 	int stream = sp->out[1].fd == fd ? 1 : 2;
-	struct spawn_stream *s = &sp->out[stream];
-	char buf[SPAWN_READ_CHUNK];
 	ssize_t n;
 
 	(void)what;
-	n = read(fd, buf, sizeof buf);
+	n = read_stream(sp, stream);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		stream_close(s);
+		stream_close(&sp->out[stream]);
 		spawn_check_done(sp);
-		return;
 	}
-	if (s->cap > 0 && s->kept + (uint64_t)n > s->cap) {
-		size_t keep = (size_t)(s->cap - s->kept);
-
-		s->dropped += (uint64_t)n - keep;
-		n = (ssize_t)keep;
-	}
-	if (n == 0)
-		return;
-	s->kept += (uint64_t)n;
-	if (sp->cb.on_output != NULL)
-		sp->cb.on_output(sp, stream, buf, (size_t)n, sp->arg);
-	else
-		evbuffer_add(s->buf, buf, (size_t)n);
 }
 
 static void
@@ -433,6 +476,8 @@ spawn_pause_output(struct spawn *sp)
 	for (int i = 1; i < 3; i++)
 		if (sp->out[i].ev != NULL)
 			event_del(sp->out[i].ev);
+	if (sp->grace != NULL)
+		evtimer_del(sp->grace);
 }
 
 void
@@ -444,6 +489,10 @@ spawn_resume_output(struct spawn *sp)
 	for (int i = 1; i < 3; i++)
 		if (sp->out[i].ev != NULL)
 			event_add(sp->out[i].ev, NULL);
+	/* Not finished from here: end of file, or the grace, does that
+	 * from the loop, never inside the caller's own callback. */
+	if (sp->exited && !sp->done)
+		arm_grace(sp);
 }
 
 void

@@ -58,7 +58,8 @@ struct spawn_callbacks {
 	void (*on_output)(struct spawn *sp, int stream, const char *data,
 	    size_t len, void *arg);
 	/* The process has exited and its captured streams are closed (or it
-	 * exited and a short grace for its background children passed).
+	 * exited, its output was read, and a short grace for its background
+	 * children passed).
 	 * status is as from waitpid. The caller still frees with spawn_free. */
 	void (*on_exit)(struct spawn *sp, int status, void *arg);
 };
@@ -83,7 +84,8 @@ int spawn_exited(struct spawn *sp);
 struct evbuffer *spawn_output(struct spawn *sp, int stream);
 /* Bytes of a stream dropped because of its cap. */
 uint64_t spawn_dropped(struct spawn *sp, int stream);
-/* Stop / restart reading captured output (backpressure). */
+/* Stop / restart reading captured output (backpressure). While paused
+ * the exit is not reported: all the command wrote comes first. */
 void spawn_pause_output(struct spawn *sp);
 void spawn_resume_output(struct spawn *sp);
 /* Kill the tree with SIGKILL if still running, and free. The exit

@@ -433,6 +433,44 @@ test_background_child_keeps_pipe(void **state)
 	wait_gone(bg);
 }
 
+static int
+child_exited(void *arg)
+{
+	return spawn_exited(arg);
+}
+
+static void
+test_output_paused_past_exit_is_all_delivered(void **state)
+{
+	/* A slow reader paused the output; the command fits what is left
+	 * in the pipe and exits. Its exit waits for its output, however
+	 * long past the grace the pause lasts. */
+	struct spawn_options o = sh_options(
+	    "head -c 60000 /dev/zero | tr '\\0' p");
+	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct timeval later = { 0, 500 * 1000 };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	r.pieces[1] = evbuffer_new();
+	r.pieces[2] = evbuffer_new();
+	o.new_group = 1;
+	sp = start(&o, &cb, &r);
+	spawn_pause_output(sp);
+	loop_until(child_exited, sp);
+	event_base_loopexit(base, &later);
+	event_base_dispatch(base);
+	assert_int_equal(r.exit_calls, 0);
+	spawn_resume_output(sp);
+	loop_until(run_done, &r);
+	assert_int_equal(evbuffer_get_length(r.pieces[1]), 60000);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	spawn_free(sp);
+	evbuffer_free(r.pieces[1]);
+	evbuffer_free(r.pieces[2]);
+}
+
 static void
 test_missing_program(void **state)
 {
@@ -675,6 +713,7 @@ main(void)
 		cmocka_unit_test(test_keeper_exits_as_the_command),
 		cmocka_unit_test(test_no_timeout_when_done_in_time),
 		cmocka_unit_test(test_background_child_keeps_pipe),
+		cmocka_unit_test(test_output_paused_past_exit_is_all_delivered),
 		cmocka_unit_test(test_missing_program),
 		cmocka_unit_test(test_not_executable),
 		cmocka_unit_test(test_stdin_dev_null),
