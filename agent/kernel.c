@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -548,37 +547,6 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 #define KERNEL_BOOTSTRAP \
 	"exec(compile(open(4,'rb').read(),'sandbox-agent-kernel.py','exec'))"
 
-/* A memfd holding the script, read from its start; -1 with errno. */
-static int
-kernel_source_fd(void)
-{
-	const char *p = _binary_kernel_py_start;
-	size_t left = (size_t)(_binary_kernel_py_end - _binary_kernel_py_start);
-	int fd = memfd_create("sandbox-agent-kernel.py", MFD_CLOEXEC), e;
-
-	if (fd < 0)
-		return -1;
-	while (left > 0) {
-		ssize_t n = write(fd, p, left);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			goto fail;
-		p += n;
-		left -= (size_t)n;
-	}
-	/* The child's fd 4 shares this offset. */
-	if (lseek(fd, 0, SEEK_SET) < 0)
-		goto fail;
-	return fd;
-fail:
-	e = errno;
-	close(fd);
-	errno = e;
-	return -1;
-}
-
 /* The interpreter: --python as given when it names a path, else found in
  * the PATH of commands. Caller frees; NULL with err (503). */
 static char *
@@ -626,7 +594,9 @@ start(struct kernel *k, struct error *err)
 
 	if ((python = find_python(agent, err)) == NULL)
 		return -1;
-	if ((fds[1] = kernel_source_fd()) < 0) {
+	if ((fds[1] = spawn_memfd("sandbox-agent-kernel.py",
+	    _binary_kernel_py_start, (size_t)(_binary_kernel_py_end -
+	    _binary_kernel_py_start))) < 0) {
 		error_set_errno(err, 503, errno, "cannot start the IPython "
 		    "kernel: memfd");
 		free(python);

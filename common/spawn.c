@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -410,6 +411,34 @@ fail:
 	if (errpipe[1] >= 0)
 		close(errpipe[1]);
 	return NULL;
+}
+
+int
+spawn_memfd(const char *name, const void *data, size_t len)
+{
+	const char *p = data;
+	int fd = memfd_create(name, MFD_CLOEXEC), e;
+
+	if (fd < 0)
+		return -1;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			goto fail;
+		p += n;
+		len -= (size_t)n;
+	}
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		goto fail;
+	return fd;
+fail:
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
 }
 
 pid_t

@@ -64,6 +64,10 @@ struct spawn_callbacks {
 	void (*on_exit)(struct spawn *sp, int status, void *arg);
 };
 
+/* A memfd named name holding len bytes of data, at offset 0 (a child's
+ * descriptor shares it), for SPAWN_FD or pass_fds; -1 with errno. */
+int spawn_memfd(const char *name, const void *data, size_t len);
+
 /* Install the SIGCHLD reaper on this loop. Call once per process. */
 void spawn_init(struct event_base *base);
 
