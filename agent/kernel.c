@@ -240,7 +240,7 @@ fail_queue(struct kernel *k, const struct error *err)
 	}
 }
 
-/* Kill the kernel's whole group and forget it and its output. */
+/* Kill the kernel's whole tree and forget it and its output. */
 static void
 stop(struct kernel *k)
 {

@@ -124,7 +124,7 @@ plain_exit(struct spawn *sp, int status, void *arg)
 	}
 	if (spawn_timed_out(sp))
 		append_note(err, "[command timed out after %g seconds; its "
-		    "process group was killed]", run->timeout);
+		    "process tree was killed]", run->timeout);
 	run->rc = evbuffer_new();
 	evbuffer_add_printf(run->rc, "%d", spawn_timed_out(sp) ? -SIGKILL :
 	    exit_code(status));
@@ -232,7 +232,7 @@ client_gone(struct http_request *req, void *arg)
 {
 	struct shell_run *run = arg;
 
-	log_info("client of command %d went away; killing its process group",
+	log_info("client of command %d went away; killing its process tree",
 	    (int)spawn_pid(run->sp));
 	if (run->stream)
 		http_reply_end(req);
