@@ -155,7 +155,7 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py) \
-		$(wildcard tests/integration/test_hostile_files.py))
+		$(filter-out %/test_hostile_sandboxd.py,$(wildcard tests/integration/test_hostile_*.py)))
 	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \

@@ -5,15 +5,22 @@
  *
  * Denied with EPERM: what could leave or damage the sandbox (mounts, module
  * and kexec loading, namespaces, tracing, BPF, keyrings, swap, reboot, file
- * handles); clone with any namespace flag (else unshare is just a clone
- * away); clone3 gets ENOSYS so libc falls back to clone, whose flags we can
- * see. System calls of other ABIs (32-bit x86, x32) fail with EPERM.
+ * handles, taking or comparing another process's descriptors); clone with
+ * any namespace flag (else unshare is just a clone away); personality but
+ * to ask for it or to set plain PER_LINUX (the other personalities switch
+ * off address randomisation, make data executable, change what uname
+ * says). ENOSYS, as if the kernel had none, for clone3, so libc falls back
+ * to clone, whose flags we can see, and for io_uring, whose operations run
+ * in kernel threads this filter does not see (libuv, liburing, Python
+ * and the rest fall back to plain system calls). System calls of other
+ * ABIs (32-bit x86, x32) fail with EPERM.
  */
 #include "agent.h"
 
 #include <errno.h>
 #include <linux/filter.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,6 +41,7 @@ static const char *const denied[] = {
 	"open_by_handle_at", "name_to_handle_at",
 	"setns", "unshare",
 	"ptrace", "process_vm_readv", "process_vm_writev",
+	"pidfd_getfd", "kcmp",
 	"userfaultfd",
 	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount",
 	"open_tree", "mount_setattr",
@@ -42,10 +50,36 @@ static const char *const denied[] = {
 	"iopl", "ioperm", "syslog",
 };
 
+static const char *const absent[] = {
+	"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register",
+};
+
 static const unsigned long ns_flags[] = {
 	CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
 	CLONE_NEWNET, CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
+
+/*
+ * personality(2) reads the low 32 bits of its argument. Allowed there: 0
+ * (PER_LINUX) and all ones (the query, also as personality(-1)). A rule
+ * may compare an argument only once, so "neither" is spelled as 32 rules
+ * OR'ed: bit i set and bit i+1 (mod 32) clear, for some i, holds for
+ * exactly the values that have both a one and a zero.
+ */
+static int
+deny_personalities(scmp_filter_ctx ctx)
+{
+	int rc = 0;
+
+	for (int i = 0; rc == 0 && i < 32; i++) {
+		uint64_t bit = 1ULL << i, next = 1ULL << ((i + 1) % 32);
+
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM),
+		    SCMP_SYS(personality), 1,
+		    SCMP_A0(SCMP_CMP_MASKED_EQ, bit | next, bit));
+	}
+	return rc;
+}
 
 struct sock_fprog *
 confine_build(struct error *err)
@@ -75,9 +109,16 @@ confine_build(struct error *err)
 	    i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone),
 		    1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+	for (size_t i = 0; rc == 0 && i < sizeof absent / sizeof absent[0];
+	    i++) {
+		int nr = seccomp_syscall_resolve_name(absent[i]);
+
+		if (nr != __NR_SCMP_ERROR)
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr,
+			    0);
+	}
 	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS),
-		    SCMP_SYS(clone3), 0);
+		rc = deny_personalities(ctx);
 	if (rc != 0) {
 		error_set(err, 500, "cannot build the seccomp filter: %s",
 		    strerror(-rc));

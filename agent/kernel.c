@@ -1,25 +1,28 @@
 /*
  * The stateful IPython kernel: one Python child per agent, started on first
  * use (or at start with --prewarm-kernel), confined like shell commands, in
- * its own process group. It runs agent/embed/kernel.py, which the binary
- * carries, and which hosts IPython's InteractiveShell.
+ * its own process group under a keeper. It runs agent/embed/kernel.py,
+ * which the binary carries, and which hosts IPython's InteractiveShell.
  *
  * The script goes to Python through a memfd at the child's fd 4, read by a
  * one-line bootstrap given with -c: with the script itself after -c, all
  * of it would show in the ps output of every command in the sandbox.
  *
  * Channels: a socket pair at the child's fd 3 carries frames (a 4-byte
- * big-endian length, then JSON): our {"code", "marker"}, its {"ready"} once,
- * {"started"} as a cell begins and {"images"} after it. Its stdout and stderr are pipes we read,
- * so output of every kind (print, os.system, !ls, subprocesses) lands in
- * them in order. At the end of a cell the kernel writes a marker to both;
- * a cell is over when its answer frame and both markers are in, and what
- * came before a marker is that cell's output. Output arriving between
- * cells (background jobs) goes to the next cell.
+ * big-endian length, then JSON): our {"code", "marker", "images_limit"},
+ * its {"ready"} once, {"started"} as a cell begins and {"images"} after it.
+ * Code in a cell can write to fd 3 too: a frame over the limits of
+ * kernel_stream.h, malformed, or out of turn breaks the protocol, and the
+ * kernel is killed and restarted, its cell told why. Its stdout and stderr
+ * are pipes we read, so output of every kind (print, os.system, !ls,
+ * subprocesses) lands in them in order. At the end of a cell the kernel
+ * writes a marker to both; a cell is over when its answer frame and both
+ * markers are in, and what came before a marker is that cell's output.
+ * Output arriving between cells (background jobs) goes to the next cell.
  *
  * Cells wait in a FIFO queue and run one at a time. A cell past its
  * timeout gets SIGINT (the whole group, as a terminal's ^C), and SIGKILL
- * of the group after a grace if it does not return; the kernel is then
+ * of its whole tree after a grace if it does not return; the kernel is then
  * restarted. A kernel that dies is replaced too; its cell says why.
  */
 #include "agent.h"
@@ -27,11 +30,9 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -51,7 +52,11 @@
 #define KERNEL_GRACE_SECONDS 2		/* from SIGINT to SIGKILL */
 #define KERNEL_START_SECONDS 60		/* to the ready frame */
 #define KERNEL_EOF_SECONDS 1		/* from closing fd 3 to exiting */
-#define KERNEL_FRAME_MAX (256u * 1024 * 1024)
+/* Images a cell may send back; with KSTREAM_FRAME_MAX, all the agent
+ * keeps of a cell besides its two output streams (--output-cap each). */
+#define KERNEL_IMAGES_MAX 64
+/* Room the kernel leaves in a frame for what is not image data. */
+#define KERNEL_FRAME_SLACK (64 * 1024)
 
 extern const char _binary_kernel_py_start[], _binary_kernel_py_end[];
 
@@ -235,7 +240,7 @@ fail_queue(struct kernel *k, const struct error *err)
 	}
 }
 
-/* Kill the kernel's whole group and forget it and its output. */
+/* Kill the kernel's whole tree and forget it and its output. */
 static void
 stop(struct kernel *k)
 {
@@ -305,17 +310,17 @@ ready(struct kernel *k, json_t *msg)
 }
 
 /* The images of a cell's answer, rebuilt field by field: the frame comes
- * from code the user controls. NULL if it is not a list of images. */
+ * from code the user controls. NULL if it is not a list of images, or of
+ * more than the kernel may send. */
 static json_t *
 clean_images(json_t *list)
 {
-	json_t *clean = json_array(), *item;
+	json_t *clean, *item;
 	size_t i;
 
-	if (!json_is_array(list)) {
-		json_decref(clean);
+	if (!json_is_array(list) || json_array_size(list) > KERNEL_IMAGES_MAX)
 		return NULL;
-	}
+	clean = json_array();
 	json_array_foreach(list, i, item) {
 		json_t *data = json_object_get(item, "data");
 		json_t *mime = json_object_get(item, "mimeType");
@@ -349,7 +354,13 @@ handle_frame(struct kernel *k, json_t *msg)
 		return;
 	}
 	if (k->state == KERNEL_BUSY && !cell->answered &&
-	    (images = clean_images(json_object_get(msg, "images"))) != NULL) {
+	    json_object_get(msg, "images") != NULL) {
+		images = clean_images(json_object_get(msg, "images"));
+		if (images == NULL) {
+			lose(k, "sent images that are not a list of at most 64 "
+			    "images on fd 3");
+			return;
+		}
 		cell->images = images;
 		cell->answered = 1;
 		check_done(k);
@@ -363,28 +374,14 @@ ctl_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct kernel *k = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
-	unsigned char head[4];
-	json_error_t jerr;
+	const char *why;
 	json_t *msg;
-	uint32_t len;
+	int rc;
 
 	while (k->ctl == bev && k->lost == NULL &&
-	    evbuffer_copyout(in, head, sizeof head) == sizeof head) {
-		len = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 |
-		    (uint32_t)head[2] << 8 | head[3];
-		if (len > KERNEL_FRAME_MAX) {
-			lose(k, "sent an oversized frame");
-			return;
-		}
-		if (evbuffer_get_length(in) < sizeof head + len)
-			return;
-		evbuffer_drain(in, sizeof head);
-		msg = json_loadb((const char *)evbuffer_pullup(in, len), len, 0,
-		    &jerr);
-		evbuffer_drain(in, len);
-		if (!json_is_object(msg)) {
-			json_decref(msg);
-			lose(k, "sent a malformed frame");
+	    (rc = kstream_read_frame(in, &msg, &why)) != 0) {
+		if (rc < 0) {
+			lose(k, why);
 			return;
 		}
 		handle_frame(k, msg);
@@ -548,37 +545,6 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 #define KERNEL_BOOTSTRAP \
 	"exec(compile(open(4,'rb').read(),'sandbox-agent-kernel.py','exec'))"
 
-/* A memfd holding the script, read from its start; -1 with errno. */
-static int
-kernel_source_fd(void)
-{
-	const char *p = _binary_kernel_py_start;
-	size_t left = (size_t)(_binary_kernel_py_end - _binary_kernel_py_start);
-	int fd = memfd_create("sandbox-agent-kernel.py", MFD_CLOEXEC), e;
-
-	if (fd < 0)
-		return -1;
-	while (left > 0) {
-		ssize_t n = write(fd, p, left);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			goto fail;
-		p += n;
-		left -= (size_t)n;
-	}
-	/* The child's fd 4 shares this offset. */
-	if (lseek(fd, 0, SEEK_SET) < 0)
-		goto fail;
-	return fd;
-fail:
-	e = errno;
-	close(fd);
-	errno = e;
-	return -1;
-}
-
 /* The interpreter: --python as given when it names a path, else found in
  * the PATH of commands. Caller frees; NULL with err (503). */
 static char *
@@ -626,7 +592,9 @@ start(struct kernel *k, struct error *err)
 
 	if ((python = find_python(agent, err)) == NULL)
 		return -1;
-	if ((fds[1] = kernel_source_fd()) < 0) {
+	if ((fds[1] = spawn_memfd("sandbox-agent-kernel.py",
+	    _binary_kernel_py_start, (size_t)(_binary_kernel_py_end -
+	    _binary_kernel_py_start))) < 0) {
 		error_set_errno(err, 503, errno, "cannot start the IPython "
 		    "kernel: memfd");
 		free(python);
@@ -702,7 +670,9 @@ kick(struct kernel *k)
 	TAILQ_REMOVE(&k->queue, cell, entry);
 	k->running = cell;
 	k->state = KERNEL_BUSY;
-	msg = json_pack("{s:O, s:s}", "code", cell->code, "marker", k->marker);
+	msg = json_pack("{s:O, s:s, s:{s:i, s:i}}", "code", cell->code,
+	    "marker", k->marker, "images_limit", "count", KERNEL_IMAGES_MAX,
+	    "bytes", KSTREAM_FRAME_MAX - KERNEL_FRAME_SLACK);
 	text = json_dumps(msg, JSON_COMPACT);
 	json_decref(msg);
 	len = strlen(text);

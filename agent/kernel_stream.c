@@ -1,4 +1,5 @@
-/* Cutting the kernel's output streams into cells; see kernel_stream.h. */
+/* The kernel's output streams cut into cells, and its control frames; see
+ * kernel_stream.h. */
 #include "kernel_stream.h"
 
 #include <stdlib.h>
@@ -151,4 +152,73 @@ kstream_tail(struct kernel_stream *ks, size_t max)
 	while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' '))
 		text[--n] = '\0';
 	return text;
+}
+
+/* Feeds jansson the frame's bytes from the buffer, counting on the way the
+ * values they can make: one per ',', ':', '[' or '{' outside strings, and
+ * a first one. Past the limit it fails, and jansson with it. */
+struct frame_reader {
+	struct evbuffer *in;
+	size_t left;		/* bytes of the frame not given yet */
+	size_t values;
+	int in_string;
+	int escaped;
+};
+
+static size_t
+frame_read_cb(void *buf, size_t size, void *arg)
+{
+	struct frame_reader *r = arg;
+	unsigned char *p = buf;
+	int n;
+
+	n = evbuffer_remove(r->in, buf, size < r->left ? size : r->left);
+	if (n <= 0)
+		return 0;
+	r->left -= (size_t)n;
+	for (int i = 0; i < n; i++) {
+		if (r->escaped)
+			r->escaped = 0;
+		else if (r->in_string && p[i] == '\\')
+			r->escaped = 1;
+		else if (p[i] == '"')
+			r->in_string = !r->in_string;
+		else if (!r->in_string && (p[i] == ',' || p[i] == ':' ||
+		    p[i] == '[' || p[i] == '{'))
+			r->values++;
+	}
+	return r->values > KSTREAM_FRAME_VALUES ? (size_t)-1 : (size_t)n;
+}
+
+int
+kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
+{
+	struct frame_reader r = { in, 0, 1, 0, 0 };
+	unsigned char head[4];
+	json_error_t jerr;
+
+	*msg = NULL;
+	if (evbuffer_copyout(in, head, sizeof head) != sizeof head)
+		return 0;
+	r.left = (size_t)head[0] << 24 | (size_t)head[1] << 16 |
+	    (size_t)head[2] << 8 | head[3];
+	if (r.left > KSTREAM_FRAME_MAX) {
+		*why = "sent a control frame over 16 MiB on fd 3";
+		return -1;
+	}
+	if (evbuffer_get_length(in) < sizeof head + r.left)
+		return 0;
+	evbuffer_drain(in, sizeof head);
+	*msg = json_load_callback(frame_read_cb, &r, 0, &jerr);
+	if (r.values > KSTREAM_FRAME_VALUES) {
+		*why = "sent a control frame of over 1024 JSON values on fd 3";
+	} else if (!json_is_object(*msg) || r.left > 0) {
+		*why = "sent a malformed control frame on fd 3";
+	} else {
+		return 1;
+	}
+	evbuffer_drain(in, r.left);
+	json_decref(*msg);
+	*msg = NULL;
+	return -1;
 }

@@ -1,8 +1,10 @@
 /*
- * One output stream (stdout or stderr) of the IPython kernel, cut into
- * cells: at the end of each cell the kernel writes a marker into the
- * stream, and what came before it is that cell's output. Private to
- * kernel.c.
+ * The IPython kernel's streams, private to kernel.c. Its output streams
+ * (stdout, stderr), cut into cells: at the end of each cell the kernel
+ * writes a marker into the stream, and what came before it is that cell's
+ * output. Its control channel: frames of a 4-byte big-endian length and a
+ * JSON object, bounded, as code the user runs in the kernel can write
+ * anything to that descriptor.
  */
 #ifndef KERNEL_STREAM_H
 #define KERNEL_STREAM_H
@@ -10,9 +12,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #define MARKER_LEN 34		/* \x1e, 32 hex digits, \x1e */
+/* A control frame holds at most this many bytes (the largest is a cell's
+ * images, base64) and JSON values (each costs jansson some 50 bytes, where
+ * the text "1," is 2: a frame of small values must not cost 25 times its
+ * size). */
+#define KSTREAM_FRAME_MAX (16u * 1024 * 1024)
+#define KSTREAM_FRAME_VALUES 1024
 
 struct evbuffer;
+
+/* The next control frame at the start of in, taken out of it: 1 with *msg
+ * (a new reference); 0 while it is not all there; -1 if it breaks the
+ * protocol, with *why (a static string). A frame too long is refused by
+ * its header, one of too many values while it is parsed: neither costs
+ * more than its bytes. */
+int kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why);
 
 /* Embedded in struct kernel; its buffers live as long as it. */
 struct kernel_stream {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +119,20 @@ env_is(const char *entry, const char *name)
 	size_t len = strlen(name);
 
 	return strncmp(entry, name, len) == 0 && entry[len] == '=';
+}
+
+/* unsetenv takes a variable out of environ, but its bytes stay in the
+ * block the kernel shows as /proc/<pid>/environ: wipe its value there too
+ * (the name stays, with an empty value). */
+static void
+env_scrub(const char *name)
+{
+	size_t len = strlen(name);
+
+	for (char **e = environ; *e != NULL; e++)
+		if (env_is(*e, name))
+			explicit_bzero(*e + len + 1, strlen(*e + len + 1));
+	unsetenv(name);
 }
 
 /* The environment of commands: ours without the token; with --run-as, the
@@ -307,9 +322,8 @@ setup(int argc, char **argv)
 		    "development only)\n");
 		return 2;
 	}
-	/* Commands must not see the token; /proc/1/environ keeps the
-	 * original, but is readable only by the agent's own user. */
-	unsetenv("SECRET_TOKEN");
+	/* Commands must not see the token, nor find it in our memory. */
+	env_scrub("SECRET_TOKEN");
 
 	if (agent.cfg.workspace[0] == '/' &&
 	    access(agent.cfg.workspace, F_OK) < 0 && errno == ENOENT &&
@@ -375,6 +389,12 @@ main(int argc, char **argv)
 	struct event *sigterm, *sigint;
 	int rc;
 
+	/* Undumpable, before anything secret is in memory: no process of
+	 * the same user (root, when there is no --run-as) may then read our
+	 * environment or memory, or take our descriptors (pidfd_getfd), as
+	 * /proc/1 and ptrace access need CAP_SYS_PTRACE, which confined
+	 * commands lack. Children are dumpable again once they exec. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	log_init("sandbox-agent");
 	signal(SIGPIPE, SIG_IGN);
 	rc = setup(argc, argv);

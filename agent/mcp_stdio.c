@@ -1,10 +1,13 @@
 /*
  * The stdio transport: the server is our child, started with its command,
  * args and env (merged over the environment commands get), in the
- * workspace, in its own process group, under the same seccomp filter and
- * user as shell commands. Messages are JSON, one per line, on its stdin and
- * stdout; its stderr goes to our log line by line, under its name. It is
- * gone when it exits or closes its stdout; stopping it kills its group.
+ * workspace, in its own process group under a keeper, under the same
+ * seccomp filter and user as shell commands. Messages are JSON, one per
+ * line, on its stdin and stdout; its stderr goes to our log line by line,
+ * under its name, as do lines of its stdout that are not JSON: at most
+ * LOG_BURST lines per LOG_INTERVAL seconds, each cut to STDERR_LINE_MAX
+ * bytes, as the server may write as fast as it likes. It is gone when it
+ * exits or closes its stdout; stopping it kills its whole process tree.
  */
 #include "agent.h"
 #include "mcp.h"
@@ -29,8 +32,11 @@
 #include "xmalloc.h"
 
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
-/* Longer stderr lines are logged in pieces of this size. */
+/* Of a longer stderr line, this much is logged. */
 #define STDERR_LINE_MAX 2048
+/* Lines logged for one server, stderr and non-JSON stdout together. */
+#define LOG_INTERVAL 10
+#define LOG_BURST 50
 /* After EOF on stdout, how long to wait for the exit status to report. */
 #define EXIT_WAIT_MS 1000
 
@@ -43,6 +49,8 @@ struct stdio_transport {
 	struct bufferevent *out;	/* its stdout */
 	size_t scanned;			/* bytes of out known to hold no '\n' */
 	struct evbuffer *errline;	/* stderr of the line being read */
+	int skipping;			/* dropping the rest of a long line */
+	struct log_rate rate;		/* of the lines it makes us log */
 	struct event *exit_wait;
 	const char *broken;		/* why a pipe broke, if one did */
 	char lastline[256];		/* the last line it wrote on stderr */
@@ -154,9 +162,9 @@ receive_line(struct stdio_transport *t, const char *line, size_t len)
 		return;
 	msg = json_loadb(line, len, JSON_ALLOW_NUL, &jerr);
 	if (msg == NULL) {
-		log_warn("MCP server '%s' wrote a line that is not JSON (%s): "
-		    "%.*s", t->srv->name, jerr.text, len > 200 ? 200 : (int)len,
-		    line);
+		log_rate_msg(&t->rate, LOG_WARN, "MCP server '%s' wrote a line "
+		    "that is not JSON (%s): %.*s", t->srv->name, jerr.text,
+		    len > 200 ? 200 : (int)len, line);
 		return;
 	}
 	mcp_server_receive(t->srv, msg);
@@ -243,8 +251,10 @@ in_event_cb(struct bufferevent *bev, short what, void *arg)
 	broken(arg, "writing to its input failed");
 }
 
+/* Log the first len bytes of errline as a line (more of it may follow,
+ * to be dropped: *cut). */
 static void
-stderr_line(struct stdio_transport *t, size_t len)
+stderr_line(struct stdio_transport *t, size_t len, int cut)
 {
 	char *line = (char *)evbuffer_pullup(t->errline, (ssize_t)len);
 	size_t n = len;
@@ -253,7 +263,8 @@ stderr_line(struct stdio_transport *t, size_t len)
 		n--;
 	if (n > 0 && line[n - 1] == '\r')
 		n--;
-	log_info("MCP server '%s' stderr: %.*s", t->srv->name, (int)n, line);
+	log_rate_msg(&t->rate, LOG_INFO, "MCP server '%s' stderr: %.*s%s",
+	    t->srv->name, (int)n, line, cut ? " [line cut]" : "");
 	if (strspn(line, " \t") < n)
 		snprintf(t->lastline, sizeof t->lastline, "%.*s", (int)n, line);
 	evbuffer_drain(t->errline, len);
@@ -268,15 +279,34 @@ stderr_cb(struct spawn *sp, int stream, const char *data, size_t len,
 
 	(void)sp;
 	(void)stream;
+	/* The rest of a line already logged in part: up to its end. */
+	if (t->skipping) {
+		const char *eol = memchr(data, '\n', len);
+
+		if (eol == NULL)
+			return;
+		t->skipping = 0;
+		len -= (size_t)(eol + 1 - data);
+		data = eol + 1;
+	}
 	evbuffer_add(t->errline, data, len);
 	for (;;) {
 		pos = evbuffer_search(t->errline, "\n", 1, NULL);
-		if (pos.pos >= 0)
-			stderr_line(t, (size_t)pos.pos + 1);
-		else if (evbuffer_get_length(t->errline) >= STDERR_LINE_MAX)
-			stderr_line(t, STDERR_LINE_MAX);
-		else
+		if (pos.pos >= 0 && (size_t)pos.pos < STDERR_LINE_MAX) {
+			stderr_line(t, (size_t)pos.pos + 1, 0);
+		} else if (evbuffer_get_length(t->errline) >= STDERR_LINE_MAX) {
+			stderr_line(t, STDERR_LINE_MAX, 1);
+			if (pos.pos >= 0) {
+				evbuffer_drain(t->errline, (size_t)pos.pos + 1 -
+				    STDERR_LINE_MAX);
+			} else {
+				evbuffer_drain(t->errline,
+				    evbuffer_get_length(t->errline));
+				t->skipping = 1;
+			}
+		} else {
 			break;
+		}
 	}
 }
 
@@ -287,7 +317,7 @@ exited_cb(struct spawn *sp, int status, void *arg)
 
 	(void)sp;
 	if (evbuffer_get_length(t->errline) > 0)
-		stderr_line(t, evbuffer_get_length(t->errline));
+		stderr_line(t, evbuffer_get_length(t->errline), 0);
 	lost_exit(t, status);
 }
 
@@ -391,6 +421,7 @@ mcp_stdio_start(struct mcp_server *srv, json_t *cfg, struct error *err)
 	t->base.ops = &stdio_ops;
 	t->srv = srv;
 	t->errline = evbuffer_new();
+	t->rate = (struct log_rate)LOG_RATE_INIT(LOG_INTERVAL, LOG_BURST);
 	opts.argv = argv;
 	opts.envp = (const char *const *)env;
 	opts.cwd = agent->ws.root;

@@ -2,20 +2,24 @@
  * POST /tools/run_shell_command {"command", "timeout"?, "stream"?}
  *
  * The command runs under bash (else sh) -c in the workspace, stdin from
- * /dev/null, in its own process group, confined by the seccomp program.
+ * /dev/null, in its own process group under a keeper (spawn_child.c),
+ * confined by the seccomp program. A command too long for argv comes to
+ * the shell through its stdin (SHELL_FROM_STDIN).
  * Plain calls answer one MCP result when the command is done: stdout and
  * stderr capped, a note when output was cut or the command timed out.
  * With "stream": true the answer is NDJSON events while it runs; a client
- * that goes away gets the command's whole group killed.
+ * that goes away gets the command's whole process tree killed.
  */
 #include "agent.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -27,6 +31,18 @@
 #include "xmalloc.h"
 
 #define SHELL_STREAM_HIGH (1024 * 1024)	/* pause the command past this */
+/* Longest command given to the shell in argv: one argument must stay
+ * under 128 KiB (MAX_ARG_STRLEN), and argv and the environment share a
+ * limit of their own. */
+#define SHELL_ARGV_MAX (64 * 1024)
+/* How a longer command reaches the shell: on its stdin, a memfd, which
+ * this reads to the end (so stdin reads as empty afterwards too). eval
+ * runs the text with the same parser as -c, one command after another,
+ * with the same $0, exit status, exit, set -e and traps; stdin is
+ * /dev/null, as for any command. What differs: messages say "eval" where
+ * -c would say "-c", $BASH_EXECUTION_STRING is this line, and trailing
+ * newlines are dropped (a final backslash then continues nothing). */
+#define SHELL_FROM_STDIN "eval \"$(cat || echo exit 127)\" </dev/null"
 #define SHELL_KEEPALIVE_SECONDS 5
 
 /* One running command; freed when its request is answered. */
@@ -108,7 +124,7 @@ plain_exit(struct spawn *sp, int status, void *arg)
 	}
 	if (spawn_timed_out(sp))
 		append_note(err, "[command timed out after %g seconds; its "
-		    "process group was killed]", run->timeout);
+		    "process tree was killed]", run->timeout);
 	run->rc = evbuffer_new();
 	evbuffer_add_printf(run->rc, "%d", spawn_timed_out(sp) ? -SIGKILL :
 	    exit_code(status));
@@ -216,7 +232,7 @@ client_gone(struct http_request *req, void *arg)
 {
 	struct shell_run *run = arg;
 
-	log_info("client of command %d went away; killing its process group",
+	log_info("client of command %d went away; killing its process tree",
 	    (int)spawn_pid(run->sp));
 	if (run->stream)
 		http_reply_end(req);
@@ -237,7 +253,7 @@ shell_route_run(struct http_request *req, void *arg)
 	struct error err = { 0 };
 	json_t *body;
 	double timeout;
-	int stream;
+	int stream, script = -1;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
 	    json_get_string(body, "command", 1, &command, &err) < 0 ||
@@ -274,6 +290,19 @@ shell_route_run(struct http_request *req, void *arg)
 	opts.cwd = agent->ws.root;
 	opts.stdio[0] = SPAWN_NULL;
 	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
+	if (strlen(command) > SHELL_ARGV_MAX) {
+		script = spawn_memfd("sandbox-agent-command", command,
+		    strlen(command));
+		if (script < 0) {
+			error_set_errno(&err, 500, errno, "cannot hold the "
+			    "command in a memfd");
+			free(run);
+			goto fail;
+		}
+		argv[2] = SHELL_FROM_STDIN;
+		opts.stdio[0] = SPAWN_FD;
+		opts.fd[0] = script;
+	}
 	opts.new_group = 1;
 	opts.timeout = timeout;
 	opts.seccomp = agent->confine;
@@ -288,6 +317,8 @@ shell_route_run(struct http_request *req, void *arg)
 		cb.on_exit = stream_exit;
 	}
 	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
+	if (script >= 0)
+		close(script);
 	json_decref(body);
 	body = NULL;
 	if (run->sp == NULL) {

@@ -1,16 +1,13 @@
-#include "spawn.h"
+#include "spawn_internal.h"
 
 #include <errno.h>
-#include <grp.h>
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/queue.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +34,9 @@ struct spawn_stream {
 /* Owned by whoever called spawn_start; freed by spawn_free. */
 struct spawn {
 	struct event_base *base;
-	pid_t pid;
-	int group;
+	pid_t pid;		/* our child: the keeper, if there is one */
+	pid_t cmd;		/* the program (its group, with a keeper) */
+	int group;		/* a keeper with the program in its own group */
 	int exited;
 	int status;
 	int timed_out;
@@ -114,14 +112,63 @@ streams_open(struct spawn *sp)
 	return sp->out[1].fd >= 0 || sp->out[2].fd >= 0;
 }
 
+/* One read of a captured stream, kept or passed on under its cap; returns
+ * as read(2) does. */
+static ssize_t
+read_stream(struct spawn *sp, int stream)
+{
+	struct spawn_stream *s = &sp->out[stream];
+	char buf[SPAWN_READ_CHUNK];
+	ssize_t n, got;
+
+	got = n = read(s->fd, buf, sizeof buf);
+	if (n <= 0)
+		return n;
+	if (s->cap > 0 && s->kept + (uint64_t)n > s->cap) {
+		size_t keep = (size_t)(s->cap - s->kept);
+
+		s->dropped += (uint64_t)n - keep;
+		n = (ssize_t)keep;
+	}
+	if (n == 0)
+		return got;
+	s->kept += (uint64_t)n;
+	if (sp->cb.on_output != NULL)
+		sp->cb.on_output(sp, stream, buf, (size_t)n, sp->arg);
+	else
+		evbuffer_add(s->buf, buf, (size_t)n);
+	return got;
+}
+
+/* Before a pipe is closed, what is in it now: all the command wrote
+ * before it exited is there. No more than the pipe holds, so that a
+ * background job writing on cannot keep us here. */
+static void
+drain(struct spawn *sp, int stream)
+{
+	struct spawn_stream *s = &sp->out[stream];
+	int size;
+	ssize_t n;
+
+	if (s->fd < 0)
+		return;
+	if ((size = fcntl(s->fd, F_GETPIPE_SZ)) <= 0)
+		size = SPAWN_READ_CHUNK;
+	for (ssize_t left = size; left > 0 &&
+	    (n = read_stream(sp, stream)) > 0; left -= n)
+		;
+}
+
 static void
 finish(struct spawn *sp)
 {
 	sp->done = 1;
 	if (sp->grace != NULL)
 		event_del(sp->grace);
-	stream_close(&sp->out[1]);
-	stream_close(&sp->out[2]);
+	for (int i = 1; i < 3; i++) {
+		drain(sp, i);
+		stream_close(&sp->out[i]);
+	}
 	if (sp->cb.on_exit != NULL)
 		sp->cb.on_exit(sp, sp->status, sp->arg);
 }
@@ -137,22 +184,32 @@ grace_cb(evutil_socket_t fd, short what, void *arg)
 		finish(sp);
 }
 
+/* The command exited, its background jobs may hold the pipes: wait a
+ * little for end of file, counting only time we read (not while the
+ * caller has paused the output, else what the command wrote before it
+ * exited would be lost to a slow reader). */
 static void
-spawn_check_done(struct spawn *sp)
+arm_grace(struct spawn *sp)
 {
 	struct timeval tv = { 0, SPAWN_EXIT_GRACE_MS * 1000 };
 
+	if (sp->grace == NULL)
+		sp->grace = evtimer_new(sp->base, grace_cb, sp);
+	if (!evtimer_pending(sp->grace, NULL))
+		evtimer_add(sp->grace, &tv);
+}
+
+static void
+spawn_check_done(struct spawn *sp)
+{
 	if (sp->done || !sp->exited)
 		return;
 	if (!streams_open(sp)) {
 		finish(sp);
 		return;
 	}
-	/* Drain what is already in the pipes, then wait a little for EOF. */
-	if (sp->grace == NULL) {
-		sp->grace = evtimer_new(sp->base, grace_cb, sp);
-		evtimer_add(sp->grace, &tv);
-	}
+	if (!sp->paused)
+		arm_grace(sp);
 }
 
 static void
@@ -160,32 +217,16 @@ read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct spawn *sp = arg;
 	int stream = sp->out[1].fd == fd ? 1 : 2;
-	struct spawn_stream *s = &sp->out[stream];
-	char buf[SPAWN_READ_CHUNK];
 	ssize_t n;
 
 	(void)what;
-	n = read(fd, buf, sizeof buf);
+	n = read_stream(sp, stream);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		stream_close(s);
+		stream_close(&sp->out[stream]);
 		spawn_check_done(sp);
-		return;
 	}
-	if (s->cap > 0 && s->kept + (uint64_t)n > s->cap) {
-		size_t keep = (size_t)(s->cap - s->kept);
-
-		s->dropped += (uint64_t)n - keep;
-		n = (ssize_t)keep;
-	}
-	if (n == 0)
-		return;
-	s->kept += (uint64_t)n;
-	if (sp->cb.on_output != NULL)
-		sp->cb.on_output(sp, stream, buf, (size_t)n, sp->arg);
-	else
-		evbuffer_add(s->buf, buf, (size_t)n);
 }
 
 static void
@@ -201,83 +242,26 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	spawn_kill(sp, SIGKILL);
 }
 
-/* In the child: put the pass_fds at 3, 4, ... First each of them,
- * and errfd, moves above that range, so that no dup2 into the range can
- * close one still to be moved. */
+/* The child side's reports, read until exec closes the pipe: the
+ * command's pid (from a keeper) into *cmd; the errno if it failed, else 0. */
 static int
-move_pass_fds(const struct spawn_options *o, int *errfd)
+read_reports(int fd, pid_t *cmd)
 {
-	int high[SPAWN_MAX_PASS_FDS], top = 3 + (int)o->npass_fds, moved;
+	struct spawn_msg msg;
+	int e = 0;
+	ssize_t n;
 
-	if (o->npass_fds == 0)
-		return 0;
-	if (o->npass_fds > SPAWN_MAX_PASS_FDS) {
-		errno = EINVAL;
-		return -1;
+	for (;;) {
+		n = read(fd, &msg, sizeof msg);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof msg)
+			return e;
+		if (msg.kind == SPAWN_MSG_PID)
+			*cmd = (pid_t)msg.value;
+		else
+			e = msg.value;
 	}
-	if ((moved = fcntl(*errfd, F_DUPFD_CLOEXEC, top)) < 0)
-		return -1;
-	*errfd = moved;
-	for (size_t i = 0; i < o->npass_fds; i++)
-		if ((high[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, top)) < 0)
-			return -1;
-	for (size_t i = 0; i < o->npass_fds; i++)
-		if (dup2(high[i], 3 + (int)i) < 0)
-			return -1;
-	return 0;
-}
-
-/* In the child, between fork and exec: only async-signal-safe calls. On
- * failure, the errno goes to the parent through errfd. */
-static void __attribute__((noreturn))
-child_exec(const struct spawn_options *o, int fds[3], int errfd)
-{
-	sigset_t none;
-	int e, first;
-
-	if (o->new_group)
-		setpgid(0, 0);
-	for (int i = 0; i < 3; i++) {
-		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
-			goto fail;
-	}
-	if (move_pass_fds(o, &errfd) < 0)
-		goto fail;
-	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
-	 * into commands: "yes | head" needs SIGPIPE to end yes. */
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (o->cwd != NULL && chdir(o->cwd) < 0)
-		goto fail;
-	if (o->set_ids) {
-		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
-		    setuid(o->uid) < 0)
-			goto fail;
-	}
-	first = 3 + (int)o->npass_fds;
-	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-		for (int fd = first; fd < 1024; fd++)
-			if (fd != errfd)
-				close(fd);
-	}
-	if (o->seccomp != NULL) {
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
-		    o->seccomp) < 0)
-			goto fail;
-	}
-	if (o->envp != NULL)
-		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
-	else
-		execv(o->argv[0], (char *const *)o->argv);
-fail:
-	e = errno;
-	if (write(errfd, &e, sizeof e) < 0)
-		_exit(127);
-	_exit(127);
 }
 
 static int
@@ -295,10 +279,10 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e = 0;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e;
+	sigset_t all, old;
 	struct spawn *sp;
-	ssize_t n;
-	pid_t pid;
+	pid_t pid, cmd;
 
 	for (int i = 0; i < 3; i++) {
 		int p[2];
@@ -315,6 +299,9 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		case SPAWN_INHERIT:
 			child_fd[i] = i;
 			break;
+		case SPAWN_FD:
+			child_fd[i] = o->fd[i];
+			break;
 		case SPAWN_CAPTURE:
 		case SPAWN_PIPE:
 			if (make_pipe(p, err) < 0)
@@ -327,14 +314,22 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	}
 	if (make_pipe(errpipe, err) < 0)
 		goto fail;
+	/* The child must not run our handlers (libevent's would write to
+	 * our loop) before it has reset them: it starts with all blocked. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pid = fork();
-	if (pid < 0) {
-		error_set_errno(err, 500, errno, "fork");
-		goto fail;
-	}
 	if (pid == 0) {
 		close(errpipe[0]);
-		child_exec(o, child_fd, errpipe[1]);
+		if (o->new_group)
+			spawn_child_keeper(o, child_fd, errpipe[1]);
+		spawn_child_exec(o, child_fd, errpipe[1], 0);
+	}
+	e = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		error_set_errno(err, 500, e, "fork");
+		goto fail;
 	}
 	close(errpipe[1]);
 	errpipe[1] = -1;
@@ -342,9 +337,8 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	 * race the child's own setpgid. */
 	if (o->new_group)
 		setpgid(pid, pid);
-	do
-		n = read(errpipe[0], &e, sizeof e);
-	while (n < 0 && errno == EINTR);
+	cmd = pid;
+	e = read_reports(errpipe[0], &cmd);
 	close(errpipe[0]);
 	errpipe[0] = -1;
 	for (int i = 0; i < 3; i++) {
@@ -354,8 +348,8 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (devnull >= 0)
 		close(devnull);
 	devnull = -1;
-	if (n == (ssize_t)sizeof e) {
-		/* exec failed; the child has exited with 127. */
+	if (e != 0) {
+		/* exec failed; the child (or its keeper) exits with 127. */
 		waitpid(pid, NULL, 0);
 		for (int i = 0; i < 3; i++)
 			if (parent_fd[i] >= 0)
@@ -368,6 +362,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	sp = xcalloc(1, sizeof *sp);
 	sp->base = base;
 	sp->pid = pid;
+	sp->cmd = cmd;
 	sp->group = o->new_group;
 	if (cb != NULL)
 		sp->cb = *cb;
@@ -405,7 +400,8 @@ fail:
 	for (int i = 0; i < 3; i++) {
 		if (parent_fd[i] >= 0)
 			close(parent_fd[i]);
-		if (child_fd[i] > 2 && child_fd[i] != devnull)
+		if ((o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE) &&
+		    child_fd[i] >= 0)
 			close(child_fd[i]);
 	}
 	if (devnull >= 0)
@@ -417,10 +413,38 @@ fail:
 	return NULL;
 }
 
+int
+spawn_memfd(const char *name, const void *data, size_t len)
+{
+	const char *p = data;
+	int fd = memfd_create(name, MFD_CLOEXEC), e;
+
+	if (fd < 0)
+		return -1;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			goto fail;
+		p += n;
+		len -= (size_t)n;
+	}
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		goto fail;
+	return fd;
+fail:
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
+}
+
 pid_t
 spawn_pid(struct spawn *sp)
 {
-	return sp->pid;
+	return sp->cmd;
 }
 
 int
@@ -435,13 +459,17 @@ spawn_take_fd(struct spawn *sp, int stream)
 void
 spawn_kill(struct spawn *sp, int sig)
 {
-	if (sp->exited && !sp->group)
+	if (!sp->group) {
+		if (!sp->exited)
+			kill(sp->pid, sig);
 		return;
+	}
+	/* What left the group only the keeper reaches; it is told first,
+	 * so that it knows when it reaps the command (spawn_child.c). */
+	if (sig == SIGKILL && !sp->exited)
+		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
 	/* The group outlives its leader while background jobs run. */
-	if (sp->group)
-		kill(-sp->pid, sig);
-	else
-		kill(sp->pid, sig);
+	kill(-sp->cmd, sig);
 }
 
 int
@@ -477,6 +505,8 @@ spawn_pause_output(struct spawn *sp)
 	for (int i = 1; i < 3; i++)
 		if (sp->out[i].ev != NULL)
 			event_del(sp->out[i].ev);
+	if (sp->grace != NULL)
+		evtimer_del(sp->grace);
 }
 
 void
@@ -488,6 +518,10 @@ spawn_resume_output(struct spawn *sp)
 	for (int i = 1; i < 3; i++)
 		if (sp->out[i].ev != NULL)
 			event_add(sp->out[i].ev, NULL);
+	/* Not finished from here: end of file, or the grace, does that
+	 * from the loop, never inside the caller's own callback. */
+	if (sp->exited && !sp->done)
+		arm_grace(sp);
 }
 
 void

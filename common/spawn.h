@@ -1,10 +1,11 @@
 /*
  * Child processes on the event loop: fork + exec with each standard stream
- * sent to /dev/null, inherited, captured by the runner (with a byte cap), or
- * handed to the caller as a pipe; its own process group; a timeout that kills
- * the whole group; an optional seccomp program applied just before exec; and
- * one SIGCHLD reaper for the process, which also reaps orphans (the agent is
- * PID 1 in its container).
+ * sent to /dev/null, inherited, captured by the runner (with a byte cap),
+ * handed to the caller as a pipe, or given a descriptor of the caller's; its
+ * own process group under a keeper that can end its whole process tree
+ * (spawn_child.c); a timeout that does so; an optional seccomp program
+ * applied just before exec; and one SIGCHLD reaper for the process, which
+ * also reaps orphans (the agent is PID 1 in its container).
  */
 #ifndef SPAWN_H
 #define SPAWN_H
@@ -25,6 +26,7 @@ enum spawn_stdio {
 	SPAWN_INHERIT,	/* our own descriptor */
 	SPAWN_CAPTURE,	/* read by the runner: on_output, or kept in a buffer */
 	SPAWN_PIPE,	/* a pipe whose other end the caller gets and owns */
+	SPAWN_FD,	/* fd[i] of the caller's, which it keeps and closes */
 };
 
 struct spawn_options {
@@ -32,7 +34,10 @@ struct spawn_options {
 	const char *const *envp;	/* NULL: our environment */
 	const char *cwd;		/* NULL: ours */
 	enum spawn_stdio stdio[3];
-	int new_group;			/* setpgid(0, 0): killed as a group */
+	int fd[3];			/* for SPAWN_FD */
+	/* Its own process group, under a keeper: spawn_kill(SIGKILL) and the
+	 * timeout end its whole tree, what left the group included. */
+	int new_group;
 	size_t capture_cap[3];		/* bytes kept per captured stream; 0: all */
 	double timeout;			/* seconds; 0: none */
 	const struct sock_fprog *seccomp; /* loaded in the child before exec */
@@ -53,10 +58,15 @@ struct spawn_callbacks {
 	void (*on_output)(struct spawn *sp, int stream, const char *data,
 	    size_t len, void *arg);
 	/* The process has exited and its captured streams are closed (or it
-	 * exited and a short grace for its background children passed).
+	 * exited, its output was read, and a short grace for its background
+	 * children passed).
 	 * status is as from waitpid. The caller still frees with spawn_free. */
 	void (*on_exit)(struct spawn *sp, int status, void *arg);
 };
+
+/* A memfd named name holding len bytes of data, at offset 0 (a child's
+ * descriptor shares it), for SPAWN_FD or pass_fds; -1 with errno. */
+int spawn_memfd(const char *name, const void *data, size_t len);
 
 /* Install the SIGCHLD reaper on this loop. Call once per process. */
 void spawn_init(struct event_base *base);
@@ -65,10 +75,12 @@ void spawn_init(struct event_base *base);
 struct spawn *spawn_start(struct event_base *base,
     const struct spawn_options *opts, const struct spawn_callbacks *cb,
     void *arg, struct error *err);
+/* The program's pid (not its keeper's). */
 pid_t spawn_pid(struct spawn *sp);
 /* Our end of a SPAWN_PIPE stream, now owned by the caller; -1 otherwise. */
 int spawn_take_fd(struct spawn *sp, int stream);
-/* Signal the child (its whole group if it has one). */
+/* Signal the child (its whole group if it has one; with SIGKILL, its
+ * whole tree). */
 void spawn_kill(struct spawn *sp, int sig);
 int spawn_timed_out(struct spawn *sp);
 int spawn_exited(struct spawn *sp);
@@ -76,10 +88,11 @@ int spawn_exited(struct spawn *sp);
 struct evbuffer *spawn_output(struct spawn *sp, int stream);
 /* Bytes of a stream dropped because of its cap. */
 uint64_t spawn_dropped(struct spawn *sp, int stream);
-/* Stop / restart reading captured output (backpressure). */
+/* Stop / restart reading captured output (backpressure). While paused
+ * the exit is not reported: all the command wrote comes first. */
 void spawn_pause_output(struct spawn *sp);
 void spawn_resume_output(struct spawn *sp);
-/* Kill the group with SIGKILL if still running, and free. The exit
+/* Kill the tree with SIGKILL if still running, and free. The exit
  * callback is not called afterwards. */
 void spawn_free(struct spawn *sp);
 /* Signal every child we started (their groups too): for shutdown. */

@@ -6,7 +6,9 @@
 # (the agent interrupts a cell only once it runs), run the cell, write the
 # marker to our stdout and stderr pipes, so the agent knows where the
 # cell's output ends (that of child processes included), and answer
-# {"images": [MCP image items]}.
+# {"images": [MCP image items]}, no more of them than the cell's
+# "images_limit" allows (the agent refuses larger frames); the rest are
+# dropped, with a note on stderr.
 import sys
 # Not the workspace ('' first in sys.path with -c) while we import: a
 # json.py there must not replace ours. Cells get it back, as in Jupyter.
@@ -59,12 +61,19 @@ def main():
     shell = Shell.instance(config=config, colors="NoColor")
     shell.display_formatter.active_types = ["text/plain", *IMAGE_TYPES]
     images = []
+    limit = {"count": 0, "bytes": 0}
+    dropped = []
 
     def keep(mime, data):
         if isinstance(data, bytes):
             data = base64.b64encode(data).decode()
         image = {"type": "image", "data": data, "mimeType": mime}
-        if image not in images:  # a figure both shown and returned
+        if image in images:  # a figure both shown and returned
+            return
+        size = sum(len(i["data"]) + 64 for i in images) + len(data) + 64
+        if len(images) >= limit["count"] or size > limit["bytes"]:
+            dropped.append(len(data))
+        else:
             images.append(image)
 
     # display(): images to the answer, the rest printed as text.
@@ -101,6 +110,7 @@ def main():
         if len(head) < 4:
             return
         cell = json.loads(frames.read(struct.unpack(">I", head)[0]))
+        limit.update(cell["images_limit"])
         try:
             signal.signal(signal.SIGINT, handler)
             ctl.sendall(started)
@@ -111,6 +121,12 @@ def main():
             handler = signal.signal(signal.SIGINT, between_cells)
         sys.stdout.flush()
         sys.stderr.flush()
+        if dropped:
+            os.write(ends[1], (
+                f"[{len(dropped)} image(s) dropped: a cell returns at most "
+                f"{limit['count']} images, {limit['bytes']} bytes of base64 "
+                f"in all]\n").encode())
+            dropped.clear()
         marker = cell["marker"].encode()
         for fd in ends:
             os.write(fd, marker)

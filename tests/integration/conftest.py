@@ -46,7 +46,8 @@ def rss_kib(pid, field="VmRSS"):
 class Agent:
     """A running sandbox-agent on 127.0.0.1 with its own workspace."""
 
-    def __init__(self, workspace, extra_args=(), env=None, token="test-token"):
+    def __init__(self, workspace, extra_args=(), env=None, token="test-token",
+                 wrapper=()):
         self.workspace = workspace
         self.token = token
         self.port = free_port()
@@ -58,7 +59,8 @@ class Agent:
             e["SECRET_TOKEN"] = token
         e.setdefault("AGENT_PYTHON", SYSTEM_PYTHON)
         e.update(env or {})
-        args = [AGENT_BIN, "--listen", f"127.0.0.1:{self.port}",
+        # wrapper: a command that execs the agent (setpriv ...), same pid.
+        args = [*wrapper, AGENT_BIN, "--listen", f"127.0.0.1:{self.port}",
                 "--workspace", workspace, "--access-log", "true", *extra_args]
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, env=e, stdout=self.log,
@@ -141,11 +143,12 @@ def tmp_workspace():
 
 @pytest.fixture
 def start_agent(tmp_workspace):
-    """Factory: start_agent(*args, env=..., token=...) -> Agent."""
+    """Factory: start_agent(*args, env=..., token=..., wrapper=...) -> Agent."""
     started = []
 
-    def start(*extra_args, env=None, token="test-token", workspace=None):
-        a = Agent(workspace or tmp_workspace, extra_args, env, token)
+    def start(*extra_args, env=None, token="test-token", workspace=None,
+              wrapper=()):
+        a = Agent(workspace or tmp_workspace, extra_args, env, token, wrapper)
         started.append(a)
         return a
 

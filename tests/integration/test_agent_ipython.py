@@ -65,7 +65,9 @@ def children(pid):
 
 
 def kernels(agent):
-    return [pid for pid, cmd in children(agent.proc.pid)
+    """The kernel's pid: a child of the keeper the agent runs it under."""
+    return [pid for keeper, _ in children(agent.proc.pid)
+            for pid, cmd in children(keeper)
             if b"python" in os.path.basename(cmd[0])]
 
 

@@ -1,7 +1,8 @@
 /*
  * Cutting the kernel's output into cells at the end-of-cell marker, with
- * the marker cut at every possible point between two reads. The module is
- * the agent's (unit tests link only common/), so it is compiled in here.
+ * the marker cut at every possible point between two reads; reading its
+ * control frames within their limits. The module is the agent's (unit
+ * tests link only common/), so it is compiled in here.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,6 +171,106 @@ test_tail_for_messages(void **state)
 	finish(&ks);
 }
 
+/* A frame of the given JSON text (length from the text unless len). */
+static void
+add_frame(struct evbuffer *in, const char *json, size_t len)
+{
+	unsigned char head[4];
+
+	if (len == 0)
+		len = strlen(json);
+	head[0] = (unsigned char)(len >> 24);
+	head[1] = (unsigned char)(len >> 16);
+	head[2] = (unsigned char)(len >> 8);
+	head[3] = (unsigned char)len;
+	evbuffer_add(in, head, sizeof head);
+	evbuffer_add(in, json, strlen(json));
+}
+
+static void
+test_frames_in_pieces(void **state)
+{
+	static const char text[] = "{\"images\": [], \"x\": \"a,b:c[{\\\"\"}";
+	static const char started[] = "{\"started\": true}";
+	struct evbuffer *whole = evbuffer_new(), *in = evbuffer_new();
+	const char *why = NULL;
+	unsigned char byte;
+	json_t *msg;
+
+	(void)state;
+	add_frame(whole, text, 0);
+	add_frame(whole, started, 0);
+	/* Byte by byte: nothing until a frame is all there. */
+	while (evbuffer_remove(whole, &byte, 1) == 1) {
+		evbuffer_add(in, &byte, 1);
+		if (evbuffer_get_length(whole) == strlen(started) + 4)
+			break;
+		assert_int_equal(kstream_read_frame(in, &msg, &why), 0);
+	}
+	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	/* Punctuation in strings, escaped quotes too, is not counted. */
+	assert_string_equal(json_string_value(json_object_get(msg, "x")),
+	    "a,b:c[{\"");
+	json_decref(msg);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), 0);
+	evbuffer_add_buffer(in, whole);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_true(json_is_true(json_object_get(msg, "started")));
+	json_decref(msg);
+	assert_int_equal(evbuffer_get_length(in), 0);
+	evbuffer_free(whole);
+	evbuffer_free(in);
+}
+
+static void
+test_frames_over_the_limits(void **state)
+{
+	struct evbuffer *in = evbuffer_new();
+	const char *why = NULL;
+	json_t *msg;
+	char *many;
+	size_t n = 0;
+
+	(void)state;
+	/* Too long: refused by the header, before any of it is read. */
+	add_frame(in, "", KSTREAM_FRAME_MAX + 1);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_null(msg);
+	assert_non_null(strstr(why, "16 MiB"));
+	evbuffer_drain(in, evbuffer_get_length(in));
+
+	/* What counts: the first value, and each ',', ':', '[' and '{'.
+	 * KSTREAM_FRAME_VALUES of them pass, one more does not. */
+	many = xmalloc(4 * KSTREAM_FRAME_VALUES + 16);
+	n += (size_t)sprintf(many, "{\"v\": [");
+	for (int i = 0; i < KSTREAM_FRAME_VALUES - 4; i++)
+		n += (size_t)sprintf(many + n, "1,");
+	strcpy(many + n, "1]}");
+	add_frame(in, many, 0);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_int_equal(json_array_size(json_object_get(msg, "v")),
+	    KSTREAM_FRAME_VALUES - 3);
+	json_decref(msg);
+	memcpy(many + n, "1,1]}", 6);
+	add_frame(in, many, 0);
+	add_frame(in, "{}", 0);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_non_null(strstr(why, "1024 JSON values"));
+	/* The bad frame is gone, what follows is intact. */
+	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	json_decref(msg);
+	free(many);
+
+	/* Not JSON, or not an object. */
+	add_frame(in, "{\"a\": ", 0);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_non_null(strstr(why, "malformed"));
+	add_frame(in, "[1]", 0);
+	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_int_equal(evbuffer_get_length(in), 0);
+	evbuffer_free(in);
+}
+
 int
 main(void)
 {
@@ -179,6 +281,8 @@ main(void)
 		cmocka_unit_test(test_cap_drops_but_finds_marker),
 		cmocka_unit_test(test_no_marker_keeps_tail),
 		cmocka_unit_test(test_tail_for_messages),
+		cmocka_unit_test(test_frames_in_pieces),
+		cmocka_unit_test(test_frames_over_the_limits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

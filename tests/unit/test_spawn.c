@@ -89,6 +89,14 @@ run_done(void *arg)
 	return ((struct run *)arg)->done;
 }
 
+static int
+has_line(void *arg)
+{
+	struct evbuffer_ptr p = evbuffer_search(arg, "\n", 1, NULL);
+
+	return p.pos >= 0;
+}
+
 /* The process is gone and reaped: a zombie still answers kill(pid, 0). */
 static int
 pid_gone(void *arg)
@@ -288,6 +296,104 @@ test_timeout_kills_group(void **state)
 	spawn_free(sp);
 }
 
+/* The first line of a captured stream as a pid. */
+static pid_t
+first_pid(struct spawn *sp, int stream)
+{
+	char *text = output(sp, stream);
+	pid_t pid = (pid_t)atoi(text);
+
+	free(text);
+	assert_true(pid > 0);
+	return pid;
+}
+
+static void
+test_timeout_kills_what_left_the_group(void **state)
+{
+	/* A new session is out of reach of kill(-pgid); the keeper gets it
+	 * back as an orphan when the shell dies, and kills it. */
+	struct spawn_options o = sh_options(
+	    "setsid sh -c 'echo $$; exec sleep 100' & wait");
+	struct run r = { 0 };
+	struct spawn *sp;
+	pid_t escaped;
+
+	(void)state;
+	o.new_group = 1;
+	o.timeout = 0.5;
+	sp = run_to_exit(&o, &r);
+	assert_true(spawn_timed_out(sp));
+	assert_int_equal(WTERMSIG(r.status), SIGKILL);
+	escaped = first_pid(sp, 1);
+	wait_gone(escaped);
+	spawn_free(sp);
+}
+
+static void
+test_free_kills_a_double_forked_daemon(void **state)
+{
+	/* The classic daemon: fork, setsid, parent exits; an orphan of the
+	 * keeper's from the start, in a session of its own. */
+	struct spawn_options o = sh_options(
+	    "(setsid sh -c 'echo $$; exec sleep 100' &); exec sleep 100");
+	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct run r = { 0 };
+	struct spawn *sp;
+	pid_t daemon = 0, cmd;
+
+	(void)state;
+	r.pieces[1] = evbuffer_new();
+	r.pieces[2] = evbuffer_new();
+	o.new_group = 1;
+	sp = start(&o, &cb, &r);
+	cmd = spawn_pid(sp);
+	while (daemon == 0) {
+		char line[32] = { 0 };
+
+		loop_until(has_line, r.pieces[1]);
+		evbuffer_copyout(r.pieces[1], line, sizeof line - 1);
+		daemon = (pid_t)atoi(line);
+	}
+	assert_int_equal(kill(daemon, 0), 0);
+	spawn_free(sp);
+	wait_gone(cmd);
+	wait_gone(daemon);
+	assert_int_equal(r.exit_calls, 0);
+	evbuffer_free(r.pieces[1]);
+	evbuffer_free(r.pieces[2]);
+}
+
+static void
+test_keeper_exits_as_the_command(void **state)
+{
+	/* The exit status is the command's, a signal included; background
+	 * jobs outlive it, as under sh -c. */
+	struct spawn_options o = sh_options("sleep 100 & echo $!; exit 7");
+	struct run r = { 0 };
+	struct spawn *sp;
+	pid_t bg;
+
+	(void)state;
+	o.new_group = 1;
+	sp = run_to_exit(&o, &r);
+	assert_true(WIFEXITED(r.status));
+	assert_int_equal(WEXITSTATUS(r.status), 7);
+	bg = first_pid(sp, 1);
+	assert_int_equal(kill(bg, 0), 0);
+	kill(bg, SIGKILL);
+	wait_gone(bg);
+	spawn_free(sp);
+
+	memset(&r, 0, sizeof r);
+	o = sh_options("kill -SEGV $$");
+	o.new_group = 1;
+	sp = run_to_exit(&o, &r);
+	assert_true(WIFSIGNALED(r.status));
+	assert_int_equal(WTERMSIG(r.status), SIGSEGV);
+	spawn_free(sp);
+}
+
 static void
 test_no_timeout_when_done_in_time(void **state)
 {
@@ -325,6 +431,44 @@ test_background_child_keeps_pipe(void **state)
 	spawn_free(sp);
 	kill(bg, SIGKILL);
 	wait_gone(bg);
+}
+
+static int
+child_exited(void *arg)
+{
+	return spawn_exited(arg);
+}
+
+static void
+test_output_paused_past_exit_is_all_delivered(void **state)
+{
+	/* A slow reader paused the output; the command fits what is left
+	 * in the pipe and exits. Its exit waits for its output, however
+	 * long past the grace the pause lasts. */
+	struct spawn_options o = sh_options(
+	    "head -c 60000 /dev/zero | tr '\\0' p");
+	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct timeval later = { 0, 500 * 1000 };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	r.pieces[1] = evbuffer_new();
+	r.pieces[2] = evbuffer_new();
+	o.new_group = 1;
+	sp = start(&o, &cb, &r);
+	spawn_pause_output(sp);
+	loop_until(child_exited, sp);
+	event_base_loopexit(base, &later);
+	event_base_dispatch(base);
+	assert_int_equal(r.exit_calls, 0);
+	spawn_resume_output(sp);
+	loop_until(run_done, &r);
+	assert_int_equal(evbuffer_get_length(r.pieces[1]), 60000);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	spawn_free(sp);
+	evbuffer_free(r.pieces[1]);
+	evbuffer_free(r.pieces[2]);
 }
 
 static void
@@ -564,8 +708,12 @@ main(void)
 		cmocka_unit_test(test_output_callback),
 		cmocka_unit_test(test_env_and_cwd),
 		cmocka_unit_test(test_timeout_kills_group),
+		cmocka_unit_test(test_timeout_kills_what_left_the_group),
+		cmocka_unit_test(test_free_kills_a_double_forked_daemon),
+		cmocka_unit_test(test_keeper_exits_as_the_command),
 		cmocka_unit_test(test_no_timeout_when_done_in_time),
 		cmocka_unit_test(test_background_child_keeps_pipe),
+		cmocka_unit_test(test_output_paused_past_exit_is_all_delivered),
 		cmocka_unit_test(test_missing_program),
 		cmocka_unit_test(test_not_executable),
 		cmocka_unit_test(test_stdin_dev_null),

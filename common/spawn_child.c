@@ -1,0 +1,326 @@
+/*
+ * The child side of spawn_start, between fork and exec. The agent has
+ * threads, so only async-signal-safe calls here: system calls and plain
+ * loops over memory; no allocation, no stdio, no locks.
+ *
+ * A child with its own group (new_group) runs under a keeper: the forked
+ * child stays what it is (the agent's user, undumpable, unconfined), makes
+ * itself a child subreaper and forks the command. Whatever the command's
+ * processes do (setsid, double forks, groups of their own), an orphan
+ * among them is reparented to the nearest subreaper above it: the keeper,
+ * never past it. So the keeper can end the whole tree, which kill(-pgid)
+ * cannot: told to (SPAWN_KEEPER_SIGNAL, from spawn_kill or, as its
+ * parent-death signal, from the kernel when the agent dies), it kills the
+ * command's group, then every child it has, until it has none. Otherwise
+ * it exits as the command did, as soon as the command exits: background
+ * jobs live on, as under bash -c. Under --run-as the user can neither
+ * signal nor trace it (root, undumpable); cgroups or capabilities the
+ * container lacks are not needed.
+ */
+#include "spawn_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often a keeper ending its tree looks again for children that came
+ * back to it without a SIGCHLD (orphans of processes that were not its
+ * own children). */
+#define KEEPER_TICK_NS (10 * 1000 * 1000)
+
+static void
+report(int errfd, int kind, int value)
+{
+	struct spawn_msg msg = { kind, value };
+
+	if (write(errfd, &msg, sizeof msg) < 0)
+		_exit(127);
+}
+
+/* Put the pass_fds at 3, 4, ... First each of them, and errfd, moves above
+ * that range, so that no dup2 into the range can close one still to be
+ * moved. */
+static int
+move_pass_fds(const struct spawn_options *o, int *errfd)
+{
+	int high[SPAWN_MAX_PASS_FDS], top = 3 + (int)o->npass_fds, moved;
+
+	if (o->npass_fds == 0)
+		return 0;
+	if (o->npass_fds > SPAWN_MAX_PASS_FDS) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((moved = fcntl(*errfd, F_DUPFD_CLOEXEC, top)) < 0)
+		return -1;
+	*errfd = moved;
+	for (size_t i = 0; i < o->npass_fds; i++)
+		if ((high[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, top)) < 0)
+			return -1;
+	for (size_t i = 0; i < o->npass_fds; i++)
+		if (dup2(high[i], 3 + (int)i) < 0)
+			return -1;
+	return 0;
+}
+
+/* A confined program loses CAP_SYS_PTRACE: with it, root in the sandbox
+ * could read the agent's memory through /proc/1/mem, undumpable or not.
+ * Out of the bounding set too where we may (CAP_SETPCAP), so that no exec
+ * gives it back; where we may not, no_new_privs does that. */
+static int
+drop_ptrace_cap(void)
+{
+	struct __user_cap_header_struct head = {
+		_LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+	unsigned bit = 1u << (CAP_SYS_PTRACE % 32);
+	int word = CAP_SYS_PTRACE / 32;
+
+	if (prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) < 0 &&
+	    errno != EPERM)
+		return -1;
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_SYS_PTRACE, 0, 0);
+	if (syscall(SYS_capget, &head, data) < 0)
+		return -1;
+	data[word].effective &= ~bit;
+	data[word].permitted &= ~bit;
+	data[word].inheritable &= ~bit;
+	return (int)syscall(SYS_capset, &head, data);
+}
+
+/* Mark every descriptor from first on close-on-exec (or close it). */
+static void
+close_from(int first, int keep)
+{
+	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		for (int fd = first; fd < 1024; fd++)
+			if (fd != keep)
+				close(fd);
+	}
+}
+
+void
+spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
+    int own_group)
+{
+	sigset_t none;
+
+	if (own_group)
+		setpgid(0, 0);
+	for (int i = 0; i < 3; i++) {
+		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
+			goto fail;
+	}
+	if (move_pass_fds(o, &errfd) < 0)
+		goto fail;
+	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
+	 * into commands: "yes | head" needs SIGPIPE to end yes. */
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (o->cwd != NULL && chdir(o->cwd) < 0)
+		goto fail;
+	if (o->seccomp != NULL && drop_ptrace_cap() < 0)
+		goto fail;
+	if (o->set_ids) {
+		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
+		    setuid(o->uid) < 0)
+			goto fail;
+	}
+	close_from(3 + (int)o->npass_fds, errfd);
+	if (o->seccomp != NULL) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
+		    o->seccomp) < 0)
+			goto fail;
+	}
+	if (o->envp != NULL)
+		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
+	else
+		execv(o->argv[0], (char *const *)o->argv);
+fail:
+	report(errfd, SPAWN_MSG_ERRNO, errno);
+	_exit(127);
+}
+
+/* The parent pid in /proc/<name>/stat: "pid (comm) state ppid ...", where
+ * comm may hold anything, ')' and spaces included; -1 if unreadable. */
+static pid_t
+parent_of(int proc, const char *name)
+{
+	char path[64], stat[512], *p = NULL;
+	size_t len = 0;
+	ssize_t n;
+	pid_t ppid = 0;
+	int fd;
+
+	while (name[len] != '\0' && len < sizeof path - 6) {
+		path[len] = name[len];
+		len++;
+	}
+	for (const char *s = "/stat"; *s != '\0'; s++)
+		path[len++] = *s;
+	path[len] = '\0';
+	if ((fd = openat(proc, path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	n = read(fd, stat, sizeof stat);
+	close(fd);
+	for (ssize_t i = 0; i < n; i++)
+		if (stat[i] == ')')
+			p = stat + i;
+	/* ") S 123 ": past the state, the parent. */
+	if (p == NULL || stat + n - p < 5)
+		return -1;
+	for (p += 4; p < stat + n && *p >= '0' && *p <= '9'; p++)
+		ppid = ppid * 10 + (*p - '0');
+	return ppid;
+}
+
+/* SIGKILL every child of ours. -1 if /proc cannot tell them. */
+static int
+kill_children(void)
+{
+	char buf[4096];
+	pid_t self = getpid();
+	long n;
+	int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (proc < 0)
+		return -1;
+	while ((n = syscall(SYS_getdents64, proc, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(buf + off);
+			pid_t pid = 0;
+			const char *c;
+
+			off += d->d_reclen;
+			for (c = d->d_name; *c >= '0' && *c <= '9'; c++)
+				pid = pid * 10 + (*c - '0');
+			if (*c == '\0' && pid > 0 &&
+			    parent_of(proc, d->d_name) == self)
+				kill(pid, SIGKILL);
+		}
+	}
+	close(proc);
+	return n < 0 ? -1 : 0;
+}
+
+/* Kill the command's group and every child we have until we have none;
+ * status gets the command's, when we reap it. */
+static void
+kill_tree(pid_t cmd, int *status)
+{
+	struct timespec tick = { 0, KEEPER_TICK_NS };
+	sigset_t chld;
+	pid_t pid;
+	int st;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	for (;;) {
+		kill(-cmd, SIGKILL);
+		if (kill_children() < 0) {
+			/* No /proc: what left the group is out of reach;
+			 * the command itself was in it. */
+			if (waitpid(cmd, &st, 0) == cmd)
+				*status = st;
+			return;
+		}
+		while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+			if (pid == cmd)
+				*status = st;
+		if (pid < 0 && errno == ECHILD)
+			return;
+		sigtimedwait(&chld, NULL, &tick);
+	}
+}
+
+/* End as the command ended, so that our parent reads its status. */
+static void __attribute__((noreturn))
+exit_as(int status)
+{
+	sigset_t set;
+	int sig;
+
+	if (WIFEXITED(status))
+		_exit(WEXITSTATUS(status));
+	sig = WTERMSIG(status);
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	kill(getpid(), sig);
+	_exit(128 + sig);
+}
+
+void
+spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
+{
+	sigset_t wanted, pending;
+	int status = 0, st;
+	pid_t cmd, pid;
+
+	setpgid(0, 0);
+	/* No core file of the agent's memory, no tracing by the user. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+	prctl(PR_SET_PDEATHSIG, SPAWN_KEEPER_SIGNAL, 0, 0, 0);
+	/* vfork: the command borrows our memory until it executes, where a
+	 * fork would copy the agent's page tables once more (about 300 us a
+	 * command here). It only makes system calls and writes its own
+	 * frames until then, and we wait. */
+	cmd = vfork();
+	if (cmd == 0)
+		spawn_child_exec(o, fds, errfd, 1);
+	if (cmd < 0) {
+		report(errfd, SPAWN_MSG_ERRNO, errno);
+		_exit(127);
+	}
+	/* Also from here, so that a kill of the group right after start
+	 * cannot race the command's own setpgid. */
+	setpgid(cmd, cmd);
+	report(errfd, SPAWN_MSG_PID, cmd);
+	/* Hold nothing of the agent's: a socket it closes must close, and
+	 * the command's pipes must end when the command's processes do. */
+	if (syscall(SYS_close_range, 0, ~0U, 0) < 0)
+		for (int fd = 0; fd < 1024; fd++)
+			close(fd);
+
+	/* Every signal stays blocked (spawn_start forked so); these two
+	 * are taken here. */
+	sigemptyset(&wanted);
+	sigaddset(&wanted, SIGCHLD);
+	sigaddset(&wanted, SPAWN_KEEPER_SIGNAL);
+	for (;;) {
+		int sig = sigwaitinfo(&wanted, NULL);
+
+		if (sig == SPAWN_KEEPER_SIGNAL) {
+			kill_tree(cmd, &status);
+			exit_as(status);
+		}
+		if (sig != SIGCHLD)
+			continue;
+		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (pid != cmd)
+				continue;
+			/* spawn_kill signals us before the group: a kill
+			 * that took the command still ends the tree. */
+			sigpending(&pending);
+			if (sigismember(&pending, SPAWN_KEEPER_SIGNAL))
+				kill_tree(cmd, &st);
+			exit_as(st);
+		}
+	}
+}
