@@ -12,6 +12,7 @@
 #include "http.h"
 #include "path.h"
 
+struct desktop;
 struct event_base;
 struct mcp;
 struct sock_fprog;
@@ -23,6 +24,7 @@ struct agent_config {
 	char *workspace;
 	char *mcp_config;		/* {"mcpServers": ...} loaded at start */
 	char *tools;			/* native tool groups, comma separated */
+	char *desktop;			/* the desktop's programs (desktop.h) */
 	char *seccomp;			/* "on" or "off" */
 	int insecure_no_token;
 	size_t output_cap;		/* per stream of a shell command */
@@ -53,6 +55,7 @@ struct agent {
 	size_t ntool_groups;
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
 	struct kernel *kernel;		/* the IPython kernel (kernel.c) */
+	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
 
 /* routes.c */
