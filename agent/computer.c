@@ -45,6 +45,10 @@
 #define SCROLL_PIXELS_PER_CLICK 50
 #define SCROLL_MAX_CLICKS 100
 #define DRAG_STEPS 10
+/* How long a click holds its button down, and the pause between the two
+ * of a double click: as a hand does. Some programs (jwm's menus among
+ * them) take a press and release of the same millisecond for no click. */
+#define CLICK_HOLD_MS 30
 
 #define BUTTON_LEFT 1
 #define BUTTON_MIDDLE 2
@@ -331,10 +335,15 @@ click(struct call *c, int buttons, int times, struct error *err)
 	} else if (vnc_pointer_position(c->vnc, &x, &y, err) < 0) {
 		return -1;
 	}
-	for (int i = 0; i < times; i++)
-		if (vnc_pointer(c->vnc, x, y, buttons, err) < 0 ||
-		    vnc_pointer(c->vnc, x, y, 0, err) < 0)
+	for (int i = 0; i < times; i++) {
+		if (i > 0)
+			sleep_ms(CLICK_HOLD_MS);
+		if (vnc_pointer(c->vnc, x, y, buttons, err) < 0)
 			return -1;
+		sleep_ms(CLICK_HOLD_MS);
+		if (vnc_pointer(c->vnc, x, y, 0, err) < 0)
+			return -1;
+	}
 	return 0;
 }
 
