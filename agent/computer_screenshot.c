@@ -3,9 +3,9 @@
  * (libpng), then base64 for the MCP image item.
  *
  * The PNG is made for speed: a desktop is mostly flat colour, which
- * zlib's fastest level with run-length matching and the "sub" filter
- * pack small in a few milliseconds, where the default level would take
- * ten times as long for a file a third smaller.
+ * zlib's fastest level packs small without PNG's row filters in about
+ * 6 ms here (1280x800), where the default level with adaptive filters
+ * takes six times as long for a file two thirds the size.
  */
 #include "computer.h"
 
@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include <png.h>
-#include <zlib.h>
 
 #include "vnc.h"
 #include "xmalloc.h"
@@ -123,8 +122,7 @@ encode(const struct vnc_image *img, png_bytep *rows, struct png_out *out)
 	    (png_uint_32)img->height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
 	    PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
 	png_set_compression_level(png, 1);
-	png_set_compression_strategy(png, Z_RLE);
-	png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_SUB);
+	png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
 	png_write_info(png, info);
 	/* The fourth byte of each pixel is padding. */
 	png_set_filler(png, 0, PNG_FILLER_AFTER);

@@ -2,10 +2,14 @@
  * The VNC side of the display connection (see vnc.h), on libvncclient.
  *
  * libvncclient answers every framebuffer update with a request for the
- * next incremental one, so once connected the server pushes changes as
- * they happen; they wait in the socket until a session reads them. A
- * screenshot asks for the whole screen and reads until an update covering
- * all of it is in: only then is the copy as fresh as the request.
+ * next incremental one, so once connected the server sends each change of
+ * the screen, and our copy of it follows; the changes wait in the socket
+ * until a session reads them. A screenshot then needs no 4 MiB transfer:
+ * it asks for one pixel non-incrementally, which the server answers at
+ * once with that pixel and every change still pending, and reads until
+ * the update holding that pixel is in. (Only one that was on its way
+ * before the request can hold the pixel too, when it changed; that copy
+ * is older by the time the update took to arrive.)
  */
 #include "vnc.h"
 
@@ -42,8 +46,8 @@ struct vnc {
 	char *path;
 	rfbClient *client;		/* NULL while not connected */
 	unsigned char *fb;		/* client's frame buffer, ours to free */
-	uint64_t covered;		/* pixels of the update being read */
-	unsigned full_updates;		/* updates that covered the screen */
+	int probed;			/* the update being read has (0, 0) */
+	unsigned probes;		/* updates that had it */
 	struct vnc_x11 *x11;
 };
 
@@ -106,10 +110,8 @@ malloc_fb(rfbClient *c)
 static void
 got_update(rfbClient *c, int x, int y, int w, int h)
 {
-	(void)x;
-	(void)y;
-	if (w > 0 && h > 0)
-		owner(c)->covered += (uint64_t)w * (uint64_t)h;
+	if (x == 0 && y == 0 && w > 0 && h > 0)
+		owner(c)->probed = 1;
 }
 
 static void
@@ -117,9 +119,9 @@ finished_update(rfbClient *c)
 {
 	struct vnc *v = owner(c);
 
-	if (v->covered >= (uint64_t)c->width * (uint64_t)c->height)
-		v->full_updates++;
-	v->covered = 0;
+	if (v->probed)
+		v->probes++;
+	v->probed = 0;
 }
 
 /* The server is to ask for no password (its socket's permissions guard
@@ -205,7 +207,7 @@ do_connect(struct vnc *v, struct error *err)
 	c->appData.encodingsString = "raw copyrect";
 	c->appData.shareDesktop = TRUE;
 	c->appData.useRemoteCursor = FALSE;	/* the cursor is in the picture */
-	v->covered = 0;
+	v->probed = 0;
 	/* On failure it closes fd and frees c (not the frame buffer). */
 	if (!rfbInitClient(c, NULL, NULL)) {
 		free(v->fb);
@@ -237,10 +239,10 @@ lost(struct vnc *v, struct error *err, const char *what)
 	return -1;
 }
 
-/* Handle server messages until none is waiting (timeout_ms 0) or until
- * done() says so. */
+/* Handle server messages until none is waiting (want 0), or until the
+ * update answering the want-th probe is in. */
 static int
-pump(struct vnc *v, int timeout_ms, unsigned want_full, struct error *err)
+pump(struct vnc *v, int timeout_ms, unsigned want, struct error *err)
 {
 	int64_t deadline = now_ms() + timeout_ms;
 
@@ -248,7 +250,7 @@ pump(struct vnc *v, int timeout_ms, unsigned want_full, struct error *err)
 		struct pollfd pfd = { .fd = v->client->sock, .events = POLLIN };
 		int left = (int)(deadline - now_ms()), n;
 
-		if (want_full != 0 && v->full_updates >= want_full)
+		if (want != 0 && v->probes >= want)
 			return 0;
 		if (left < 0)
 			left = 0;
@@ -259,7 +261,7 @@ pump(struct vnc *v, int timeout_ms, unsigned want_full, struct error *err)
 			if (n < 0)
 				return lost(v, err, "waiting for it");
 			if (n == 0) {
-				if (want_full == 0)
+				if (want == 0)
 					return 0;
 				error_set(err, 504, "the display did not send its "
 				    "screen within %d ms", timeout_ms);
@@ -389,9 +391,9 @@ vnc_capture(struct vnc *v, struct vnc_image *img, struct error *err)
 
 	if (wait_room(v, err) < 0)
 		return -1;
-	if (!SendFramebufferUpdateRequest(c, 0, 0, c->width, c->height, FALSE))
+	if (!SendFramebufferUpdateRequest(c, 0, 0, 1, 1, FALSE))
 		return lost(v, err, "asking for the screen");
-	if (pump(v, VNC_CAPTURE_TIMEOUT_MS, v->full_updates + 1, err) < 0)
+	if (pump(v, VNC_CAPTURE_TIMEOUT_MS, v->probes + 1, err) < 0)
 		return -1;
 	c = v->client;
 	img->width = c->width;
