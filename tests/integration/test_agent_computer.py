@@ -368,6 +368,46 @@ def test_cursor_moves_where_told(desk):
         {"x": 400, "y": 300}
 
 
+GRAB = """
+import { screen } from "@nut-tree-fork/nut-js";
+import { writeFileSync } from "node:fs";
+const img = await screen.grab();
+writeFileSync(process.argv[1], img.data);
+"""
+
+
+def x_picture(desk, path):
+    """The screen as X itself has it (XGetImage, through nut-js), RGB."""
+    r = subprocess.run([NODE, "--input-type=module", "-e", GRAB, path],
+                       cwd=os.path.join(ROOT, "tests"), capture_output=True,
+                       env={**os.environ, "DISPLAY": f":{desk.display}"},
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    with open(path, "rb") as f:
+        # BGRX bytes as X gives them.
+        return Image.frombytes("RGB", (1280, 800), f.read(), "raw", "BGRX")
+
+
+def test_screenshot_is_what_x_shows(desk, tmp_path):
+    """Our copy of the screen follows the VNC server's updates; it must
+    be the picture X has, everywhere but under the cursor (X's picture
+    has none, the VNC server draws it in ours) and the crosshair."""
+    desk.terminal("seq 1 40; sleep 60", geometry="60x30+40+40")
+    desk.ok("mouse_move", coordinate=[1200, 700])
+    desk.ok("get_screenshot")
+    desk.terminal("yes | head -c 3000; sleep 60", geometry="70x20+500+100")
+    desk.ok("key", text="ctrl+c")
+    time.sleep(0.5)
+    ours = png_of(desk.ok("get_screenshot"))[0]
+    x = x_picture(desk, str(tmp_path / "x.raw"))
+    for img in (ours, x):
+        img.paste((0, 0, 0), (1200 - 30, 700 - 30, 1200 + 30, 700 + 30))
+    assert ours.tobytes() == x.tobytes()
+    # Both windows are in it.
+    assert dict((c, n) for n, c in ours.getcolors())[(255, 255, 255)] > \
+        200000
+
+
 def test_screenshot_is_a_1280x800_png_that_shows_the_screen(desk):
     desk.terminal("echo the screenshot test; sleep 60")
     desk.ok("mouse_move", coordinate=[640, 400])
@@ -548,6 +588,12 @@ def test_answers_same_as_computer_use_mcp(pair):
             assert o["content"] == t["content"], (action, args)
         if "structuredContent" in t:
             assert o["structuredContent"] == t["structuredContent"]
+    # Theirs is transparent: nut-js grabs X's 32-bit pixels, whose fourth
+    # byte X leaves 0, as RGBA, and the PNG keeps that as alpha.
+    theirs = png_of(ref_call(ref, "get_screenshot"))[0].convert("RGBA")
+    alpha = theirs.getchannel("A").getcolors()
+    assert alpha is not None and dict((v, n) for n, v in alpha)[0] > \
+        1280 * 800 - 1000
     # Each sees where the other put the pointer: one display.
     desk.ok("mouse_move", coordinate=[321, 123])
     assert ref_call(ref, "get_cursor_position")["structuredContent"] == \
