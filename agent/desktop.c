@@ -346,6 +346,8 @@ desktop_kick(struct desktop *d)
 {
 	uint64_t one = 1;
 
+	if (d->kick_fd < 0)
+		return;		/* not started */
 	if (write(d->kick_fd, &one, sizeof one) < 0 && errno != EAGAIN)
 		log_warn("desktop: eventfd write: %s", strerror(errno));
 }
