@@ -18,6 +18,7 @@ struct mcp;
 struct sock_fprog;
 struct tool_group;
 struct kernel;
+struct work_pool;
 
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
@@ -51,9 +52,13 @@ struct agent {
 	int drop_ids;			/* commands run as uid/gid below */
 	uid_t uid;
 	gid_t gid;
+	char *run_as_home;		/* that user's home (/etc/passwd);
+					 * NULL when unknown */
 	const struct tool_group **tool_groups;	/* --tools, in that order */
 	size_t ntool_groups;
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
+	struct work_pool *io_pool;	/* the file routes' reads and deletes,
+					 * off the loop; NULL: they answer 503 */
 	struct kernel *kernel;		/* the IPython kernel (kernel.c) */
 	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };

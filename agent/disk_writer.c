@@ -7,7 +7,12 @@
  * agent's memory stays at the queue's size whatever the upload's.
  *
  * The thread and the loop share only the queue, under one mutex; the
- * thread wakes the loop through an eventfd.
+ * thread wakes the loop through an eventfd. The thread, and its eventfd,
+ * start only once an upload outgrows what the loop writes itself; when
+ * they cannot (the sandbox at its limit of processes or descriptors), the
+ * upload fails with 503 and the agent goes on. Freeing never waits for a
+ * write under way: the thread finishes it, closes what was handed to it
+ * and frees the writer itself.
  */
 #include "agent.h"
 #include "files.h"
@@ -40,7 +45,8 @@ struct chunk {
 	char data[];
 };
 
-/* Owned by one request; disk_writer_free frees it. */
+/* Owned by one request until disk_writer_free; then by its thread, if
+ * one runs, which frees it on its way out. */
 struct disk_writer {
 	pthread_t thread;
 	int started;
@@ -56,6 +62,7 @@ struct disk_writer {
 	size_t wake_at;		/* wake the loop when queued <= this */
 	int waiting;		/* wake_at is armed */
 	/* Loop side: */
+	struct event_base *base;
 	int efd;
 	struct event *ev;
 	void (*cb)(void *);
@@ -131,6 +138,10 @@ writer_main(void *arg)
 			wake_loop(w);
 	}
 	pthread_mutex_unlock(&w->lock);
+	/* Only a stop ends the loop: the writer is this thread's now. */
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	free(w);
 	return NULL;
 }
 
@@ -152,31 +163,46 @@ disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
+	w->base = base;
 	w->cb = cb;
 	w->arg = arg;
-	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (w->efd < 0)
-		fatal("eventfd: %s", strerror(errno));
-	w->ev = event_new(base, w->efd, EV_READ | EV_PERSIST, wakeup_cb, w);
-	event_add(w->ev, NULL);
+	w->efd = -1;
 	return w;
 }
 
 /* The thread starts once an upload outgrows WRITER_INLINE. Signals stay
  * with the loop's thread. */
-static void
-start_thread(struct disk_writer *w)
+static int
+start_thread(struct disk_writer *w, struct error *err)
 {
 	sigset_t all, old;
 	int e;
 
+	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->efd < 0) {
+		error_set_errno(err, 503, errno, "cannot write the upload: no "
+		    "descriptor to wake the agent with");
+		return -1;
+	}
+	w->ev = event_new(w->base, w->efd, EV_READ | EV_PERSIST, wakeup_cb, w);
+	event_add(w->ev, NULL);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	e = pthread_create(&w->thread, NULL, writer_main, w);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (e != 0)
-		fatal("cannot start the disk writer thread: %s", strerror(e));
+	if (e != 0) {
+		event_free(w->ev);
+		w->ev = NULL;
+		close(w->efd);
+		w->efd = -1;
+		error_set(err, 503, "cannot start a thread to write the upload: "
+		    "%s (the sandbox may be at its limit of processes)",
+		    strerror(e));
+		return -1;
+	}
+	pthread_detach(w->thread);
 	w->started = 1;
+	return 0;
 }
 
 static void
@@ -192,7 +218,8 @@ enqueue(struct disk_writer *w, struct chunk *c)
 }
 
 int
-disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len)
+disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
+    struct error *err)
 {
 	struct chunk *c;
 	int over;
@@ -205,8 +232,8 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len)
 			w->error = write_all(fd, data, len);
 		return 0;
 	}
-	if (!w->started)
-		start_thread(w);
+	if (!w->started && start_thread(w, err) < 0)
+		return -1;
 	pthread_mutex_lock(&w->lock);
 	c = w->tail;
 	if (c != NULL && !c->close && c->fd == fd && c->cap - c->len >= len) {
@@ -283,18 +310,26 @@ disk_writer_error(struct disk_writer *w)
 void
 disk_writer_free(struct disk_writer *w)
 {
+	struct event *ev;
+	int efd;
+
 	if (w == NULL)
 		return;
-	if (w->started) {
-		pthread_mutex_lock(&w->lock);
-		w->stop = 1;
-		pthread_cond_signal(&w->cond);
-		pthread_mutex_unlock(&w->lock);
-		pthread_join(w->thread, NULL);
+	if (!w->started) {
+		pthread_mutex_destroy(&w->lock);
+		pthread_cond_destroy(&w->cond);
+		free(w);
+		return;
 	}
-	event_free(w->ev);
-	close(w->efd);
-	pthread_mutex_destroy(&w->lock);
-	pthread_cond_destroy(&w->cond);
-	free(w);
+	/* Taken first: once stop is set the thread may free w at any time.
+	 * It wakes the loop only while stop is clear, so the eventfd is
+	 * ours to close after. */
+	ev = w->ev;
+	efd = w->efd;
+	pthread_mutex_lock(&w->lock);
+	w->stop = 1;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	event_free(ev);
+	close(efd);
 }

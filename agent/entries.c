@@ -19,6 +19,7 @@
 
 #include "json_util.h"
 #include "log.h"
+#include "work_pool.h"
 #include "xmalloc.h"
 
 #define LIST_HIGH	(256 * 1024)	/* reply bytes queued before we wait */
@@ -287,14 +288,54 @@ entries_route_exists(struct http_request *req, void *arg)
 	http_reply_json(req, 200, answer);
 }
 
+/* A delete runs on the I/O pool: a huge tree holds up only its own
+ * request. Made by the route, answered and freed by removal_done. */
+struct removal {
+	struct agent *agent;
+	struct http_request *req;
+	char *rel;
+	struct error err;
+	int failed;
+};
+
+/* On a worker. The entry itself goes, a symlink included; only its
+ * parents are resolved, beneath the root. */
+static void
+removal_run(void *arg)
+{
+	struct removal *r = arg;
+	const char *base;
+	int fd;
+
+	fd = path_open_parent(&r->agent->ws, r->rel, 0, &base, &r->err);
+	if (fd < 0) {
+		r->failed = r->err.status != 404;
+		return;
+	}
+	r->failed = fsops_remove(fd, base, r->rel, &r->err) < 0;
+	close(fd);
+}
+
+static void
+removal_done(void *arg)
+{
+	struct removal *r = arg;
+
+	if (r->failed)
+		http_reply_err(r->req, &r->err);
+	else
+		http_reply_empty(r->req, 204);
+	free(r->rel);
+	free(r);
+}
+
 void
 entries_route_delete(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
-	const char *base;
+	struct removal *r;
 	char *rel = NULL;
-	int fd;
 
 	if (query_path(agent, req, NULL, &rel, &err) < 0)
 		goto fail;
@@ -303,23 +344,18 @@ entries_route_delete(struct http_request *req, void *arg)
 		    "deleted");
 		goto fail;
 	}
-	/* The entry itself goes, a symlink included; only its parents are
-	 * resolved, beneath the root. */
-	fd = path_open_parent(&agent->ws, rel, 0, &base, &err);
-	if (fd < 0) {
-		if (err.status == 404)
-			goto done;
+	if (agent->io_pool == NULL) {
+		error_set(&err, 503, "deletes are unavailable: no worker thread");
 		goto fail;
 	}
-	if (fsops_remove(fd, base, rel, &err) < 0) {
-		close(fd);
-		goto fail;
-	}
-	close(fd);
-done:
-	free(rel);
-	http_reply_empty(req, 204);
-	return;
+	r = xcalloc(1, sizeof *r);
+	r->agent = agent;
+	r->req = req;
+	r->rel = rel;
+	if (work_pool_submit(agent->io_pool, removal_run, removal_done, r,
+	    &err) == 0)
+		return;
+	free(r);
 fail:
 	free(rel);
 	http_reply_err(req, &err);

@@ -1,11 +1,12 @@
 /*
  * GET /workspace/file?path=P&format=text|bytes and PUT /workspace/file?path=P.
  *
- * Both stream: a download reads the file a chunk at a time as the client
- * takes it (on_drain), an upload goes to a staged file through the disk
- * writer, pausing the socket while the disk is behind, and replaces the
- * target in one rename once the whole body is in. Neither holds more than
- * a few hundred KiB of the file in memory, whatever its size.
+ * Both stream: a download reads the file a chunk at a time, on a worker
+ * thread, as the client takes it (on_drain); an upload goes to a staged
+ * file through the disk writer, pausing the socket while the disk is
+ * behind, and replaces the target in one rename once the whole body is in.
+ * Neither holds more than a few hundred KiB of the file in memory, whatever
+ * its size, and neither waits for the disk on the event loop.
  */
 #include "agent.h"
 #include "files.h"
@@ -19,9 +20,11 @@
 
 #include "log.h"
 #include "utf8.h"
+#include "work_pool.h"
 #include "xmalloc.h"
 
-#define READ_CHUNK	(64 * 1024)
+#define READ_CHUNK	(256 * 1024)	/* read by one job */
+#define READ_PARTIAL	4		/* an unfinished UTF-8 sequence */
 #define READ_HIGH	(512 * 1024)	/* reply bytes queued before we wait */
 
 /* A path query parameter, normalised. */
@@ -38,21 +41,39 @@ query_path(struct agent *agent, struct http_request *req, char **rel,
 	return path_normalize(&agent->ws, path, rel, err);
 }
 
-/* Downloads. */
+/* Downloads. Every touch of the disk (open, stat, each read) is a job of
+ * the agent's I/O pool, so a slow disk holds up only its own download:
+ * one chunk is read at a time, the next once the client has taken enough
+ * of the reply. */
 
-/* One download; freed when its reply ends or its client leaves. */
+/* One download; freed when its reply ends or, once no read is under way,
+ * its client leaves. */
 struct download {
+	struct agent *agent;
+	struct http_request *req;
+	char *rel;
 	int fd;
 	int text;
+	int head;		/* HEAD: open and stat only */
+	int started;		/* the reply's headers went out */
+	int busy;		/* a job is under way: it owns buf */
+	int gone;		/* the client left meanwhile */
+	struct error err;	/* of the open, in the first job */
+	uint64_t size;
 	uint64_t left;		/* bytes still to send (bytes format) */
-	char partial[4];	/* an unfinished UTF-8 sequence (text) */
-	size_t npartial;
+	char *buf;		/* partial, then what the job read */
+	size_t npartial;	/* an unfinished UTF-8 sequence (text) */
+	size_t nread;		/* read by the last job */
+	int read_errno;		/* of its read; 0 */
 };
 
 static void
 download_free(struct download *d)
 {
-	close(d->fd);
+	if (d->fd >= 0)
+		close(d->fd);
+	free(d->rel);
+	free(d->buf);
 	free(d);
 }
 
@@ -71,61 +92,172 @@ write_text(struct http_request *req, const char *s, size_t len)
 	free(clean);
 }
 
+/* The first job opens the file (a FIFO must not hang it: O_NONBLOCK,
+ * cleared once it is known to be a regular file). */
+static int
+download_open(struct download *d)
+{
+	struct stat st;
+	int fd;
+
+	fd = path_open(&d->agent->ws, d->rel, O_RDONLY | O_NONBLOCK | O_NOCTTY,
+	    0, &d->err);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0) {
+		path_error(&d->err, errno, "stat", d->rel);
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		error_set(&d->err, 404, "%s is %s, not a file",
+		    d->rel[0] ? d->rel : ".",
+		    S_ISDIR(st.st_mode) ? "a directory" : "special");
+		close(fd);
+		return -1;
+	}
+	fcntl(fd, F_SETFL, 0);
+	d->fd = fd;
+	d->size = d->left = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* On a worker. */
 static void
-download_pump(struct http_request *req, void *arg)
+download_run(void *arg)
 {
 	struct download *d = arg;
-	char buf[sizeof d->partial + READ_CHUNK];
+	size_t want = READ_CHUNK;
+	ssize_t n;
 
-	while (http_reply_pending(req) < READ_HIGH) {
-		size_t have = d->npartial, len, whole;
-		ssize_t n;
-
-		memcpy(buf, d->partial, have);
-		if (!d->text && d->left == 0) {
-			http_reply_end(req);
-			download_free(d);
-			return;
-		}
-		n = read(d->fd, buf + have, !d->text && d->left < READ_CHUNK ?
-		    (size_t)d->left : READ_CHUNK);
+	if (d->fd < 0 && download_open(d) < 0)
+		return;
+	if (d->head)
+		return;
+	if (!d->text && d->left < want)
+		want = (size_t)d->left;
+	d->nread = 0;
+	d->read_errno = 0;
+	while (d->nread < want) {
+		n = read(d->fd, d->buf + d->npartial + d->nread,
+		    want - d->nread);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 || (n == 0 && !d->text)) {
-			/* Too late for an error status: the answer is cut, so
-			 * the client cannot take it for the whole file. */
-			log_warn("download cut short: %s", n < 0 ?
-			    strerror(errno) : "the file shrank while read");
-			http_reply_abort(req);
+		if (n <= 0) {
+			d->read_errno = n < 0 ? errno : 0;
+			break;
+		}
+		d->nread += (size_t)n;
+	}
+}
+
+static void download_next(struct download *d);
+
+/* Hand what the job read to the reply; 1 when the download is over (and
+ * d freed). */
+static int
+download_deliver(struct download *d)
+{
+	struct http_request *req = d->req;
+	size_t len = d->npartial + d->nread, whole;
+
+	if (d->read_errno != 0 || (d->nread == 0 && !d->text && d->left > 0)) {
+		/* Too late for an error status: the answer is cut, so the
+		 * client cannot take it for the whole file. */
+		log_warn("download cut short: %s", d->read_errno != 0 ?
+		    strerror(d->read_errno) : "the file shrank while read");
+		http_reply_abort(req);
+		download_free(d);
+		return 1;
+	}
+	if (!d->text) {
+		http_reply_write(req, d->buf, d->nread);
+		d->left -= d->nread;
+		if (d->left > 0)
+			return 0;
+	} else if (d->nread > 0) {
+		/* A sequence cut by the chunk is finished by the next one. */
+		whole = utf8_complete_prefix(d->buf, len);
+		write_text(req, d->buf, whole);
+		d->npartial = len - whole;
+		memmove(d->buf, d->buf + whole, d->npartial);
+		return 0;
+	} else if (d->npartial > 0) {
+		write_text(req, d->buf, d->npartial);
+	}
+	http_reply_end(req);
+	download_free(d);
+	return 1;
+}
+
+static void
+download_done(void *arg)
+{
+	struct download *d = arg;
+	struct http_request *req = d->req;
+
+	d->busy = 0;
+	if (d->gone) {
+		download_free(d);
+		return;
+	}
+	if (!d->started) {
+		if (d->fd < 0) {
+			http_reply_err(req, &d->err);
 			download_free(d);
 			return;
 		}
-		if (n == 0) {
-			if (have > 0)
-				write_text(req, buf, have);
+		d->started = 1;
+		/* Text may change length as invalid UTF-8 is replaced; bytes
+		 * are sent as they are, so the client learns the size up
+		 * front. */
+		http_reply_start(req, 200, d->text ? "text/plain; charset=utf-8" :
+		    "application/octet-stream", d->text ? -1 : (int64_t)d->size);
+		if (d->head) {
 			http_reply_end(req);
 			download_free(d);
 			return;
 		}
-		len = have + (size_t)n;
-		if (!d->text) {
-			http_reply_write(req, buf, len);
-			d->left -= (uint64_t)n;
-			continue;
-		}
-		/* A sequence cut by the chunk is finished by the next one. */
-		whole = utf8_complete_prefix(buf, len);
-		write_text(req, buf, whole);
-		d->npartial = len - whole;
-		memcpy(d->partial, buf + whole, d->npartial);
 	}
+	if (download_deliver(d) == 0)
+		download_next(d);
+}
+
+/* Read on once the client has taken enough. */
+static void
+download_next(struct download *d)
+{
+	struct error err = { 0 };
+
+	if (d->busy || http_reply_pending(d->req) >= READ_HIGH)
+		return;
+	d->busy = 1;
+	if (work_pool_submit(d->agent->io_pool, download_run, download_done, d,
+	    &err) == 0)
+		return;
+	d->busy = 0;
+	log_warn("download cut short: %s", err.msg);
+	http_reply_abort(d->req);
+	download_free(d);
+}
+
+static void
+download_drain(struct http_request *req, void *arg)
+{
+	(void)req;
+	download_next(arg);
 }
 
 static void
 download_gone(struct http_request *req, void *arg)
 {
+	struct download *d = arg;
+
 	http_reply_end(req);
-	download_free(arg);
+	if (d->busy)
+		d->gone = 1;
+	else
+		download_free(d);
 }
 
 void
@@ -135,58 +267,41 @@ files_route_get(struct http_request *req, void *arg)
 	const char *format = http_request_query(req, "format");
 	struct download *d;
 	struct error err = { 0 };
-	struct stat st;
 	char *rel = NULL;
-	int fd = -1, text;
+	int text;
 
 	if (format == NULL || strcmp(format, "text") == 0) {
 		text = 1;
 	} else if (strcmp(format, "bytes") == 0) {
 		text = 0;
 	} else {
-		error_set(&err, 400, "format must be 'text' or 'bytes'");
-		goto fail;
+		http_reply_error(req, 400, "format must be 'text' or 'bytes'");
+		return;
 	}
-	if (query_path(agent, req, &rel, &err) < 0)
-		goto fail;
-	/* O_NONBLOCK: opening a FIFO must not hang the agent. */
-	fd = path_open(&agent->ws, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0,
-	    &err);
-	if (fd < 0)
-		goto fail;
-	if (fstat(fd, &st) < 0) {
-		path_error(&err, errno, "stat", rel);
-		goto fail;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		error_set(&err, 404, "%s is %s, not a file", rel[0] ? rel : ".",
-		    S_ISDIR(st.st_mode) ? "a directory" : "special");
-		goto fail;
-	}
-	free(rel);
-	fcntl(fd, F_SETFL, 0);
-	/* Text may change length as invalid UTF-8 is replaced; bytes are
-	 * sent as they are, so the client learns the size up front. */
-	http_reply_start(req, 200, text ? "text/plain; charset=utf-8" :
-	    "application/octet-stream", text ? -1 : (int64_t)st.st_size);
-	if (http_request_method(req) == HTTP_METHOD_HEAD) {
-		close(fd);
-		http_reply_end(req);
+	if (query_path(agent, req, &rel, &err) < 0) {
+		http_reply_err(req, &err);
 		return;
 	}
 	d = xcalloc(1, sizeof *d);
-	d->fd = fd;
+	d->agent = agent;
+	d->req = req;
+	d->rel = rel;
+	d->fd = -1;
 	d->text = text;
-	d->left = (uint64_t)st.st_size;
-	http_request_on_drain(req, download_pump, d);
+	d->head = http_request_method(req) == HTTP_METHOD_HEAD;
+	d->buf = xmalloc(READ_PARTIAL + READ_CHUNK);
+	d->busy = 1;
+	if (agent->io_pool == NULL || work_pool_submit(agent->io_pool,
+	    download_run, download_done, d, &err) < 0) {
+		if (agent->io_pool == NULL)
+			error_set(&err, 503, "file reads are unavailable: no "
+			    "worker thread");
+		http_reply_err(req, &err);
+		download_free(d);
+		return;
+	}
+	http_request_on_drain(req, download_drain, d);
 	http_request_on_close(req, download_gone, d);
-	download_pump(req, d);
-	return;
-fail:
-	if (fd >= 0)
-		close(fd);
-	free(rel);
-	http_reply_err(req, &err);
 }
 
 /* Uploads. */
@@ -224,6 +339,11 @@ upload_fail(struct upload *up, const struct error *err)
 {
 	struct http_request *req = up->req;
 
+	/* The writer may be amid a write to the file: it closes it. */
+	if (up->writer != NULL && up->file.fd >= 0) {
+		disk_writer_close(up->writer, up->file.fd);
+		up->file.fd = -1;
+	}
 	disk_writer_free(up->writer);
 	up->writer = NULL;
 	staged_discard(&up->file);
@@ -237,6 +357,7 @@ upload_finish(struct upload *up)
 {
 	struct http_request *req = up->req;
 	struct error err = { 0 };
+	struct stat st;
 	json_t *info;
 	int e = disk_writer_error(up->writer);
 
@@ -245,14 +366,15 @@ upload_finish(struct upload *up)
 		upload_fail(up, &err);
 		return;
 	}
+	/* Everything is written: the thread holds on to nothing of ours. */
 	disk_writer_free(up->writer);
 	up->writer = NULL;
-	if (staged_commit(&up->file, up->agent, up->base, up->rel, &err) < 0 ||
-	    (info = fsops_entry_info(up->agent, up->parentfd, up->base,
-	    up->rel, &err)) == NULL) {
+	if (staged_commit(&up->file, up->agent, up->parentfd, up->base,
+	    up->rel, &st, &err) < 0) {
 		upload_fail(up, &err);
 		return;
 	}
+	info = fsops_entry_json(up->agent, up->rel, &st);
 	upload_free(up);
 	http_reply_json(req, 200, info);
 }
@@ -296,9 +418,14 @@ upload_data_cb(struct http_request *req, const char *data, size_t len,
 		upload_fail(up, &err);
 		return -1;
 	}
-	if (disk_writer_write(up->writer, up->file.fd, data, len)) {
+	switch (disk_writer_write(up->writer, up->file.fd, data, len, &err)) {
+	case -1:
+		upload_fail(up, &err);
+		return -1;
+	case 1:
 		up->paused = 1;
 		http_request_pause_body(req);
+		break;
 	}
 	return 0;
 }

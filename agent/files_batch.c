@@ -4,11 +4,14 @@
  * is its path). Answers the entry infos of the written files, in order.
  *
  * The body is parsed as it streams in; each file part goes through the
- * disk writer into a hidden staged file in the workspace root, since its
- * path may come only in a later field. Once the body is complete and the
- * counts agree, every file is moved next to its target (creating missing
- * directories) and only then renamed over it, so a batch that fails on
- * any file leaves none of its files or directories behind.
+ * disk writer into a file staged in a private directory in the workspace
+ * root (root's alone: the user of the commands owns the root and could
+ * swap any name there), since its path may come only in a later field.
+ * Once the body is complete and the counts agree, every target is checked
+ * and its missing directories made (a file bound for another mount is
+ * copied there first), and only then is each renamed over its target, so
+ * a batch that fails on any file leaves none of its files or directories
+ * behind.
  */
 #include "agent.h"
 #include "files.h"
@@ -39,6 +42,7 @@ struct batch_file {
 	struct staged_file staged;
 	char *filename;		/* NULL when the part had none */
 	char *rel;		/* the target, once placed */
+	int dirfd;		/* its directory, borrowed from dirs */
 };
 
 /* A directory the batch writes into, opened once however many files go
@@ -54,7 +58,8 @@ struct batch {
 	struct http_request *req;
 	struct multipart *mp;
 	struct disk_writer *writer;
-	int stagefd;			/* the root, where parts are staged */
+	int rootfd;			/* the workspace root */
+	struct staged_dir stage;	/* in the root: where parts are staged */
 	struct batch_dir *dirs;
 	size_t ndirs;
 	struct batch_file *files;
@@ -91,17 +96,25 @@ batch_free(struct batch *b)
 	if (b->mp != NULL)
 		multipart_free(b->mp);
 	fsops_created_free(&b->created);
-	if (b->stagefd >= 0)
-		close(b->stagefd);
+	staged_dir_remove(&b->stage);
+	if (b->rootfd >= 0)
+		close(b->rootfd);
 	free(b);
 }
 
-/* The writer stops first: it may still hold descriptors of the parts. */
+/* The writer stops first: it may still hold descriptors of the parts, and
+ * it closes the part being written, which it may be amid a write to. */
 static void
 batch_fail(struct batch *b, const struct error *err)
 {
 	struct http_request *req = b->req;
+	struct staged_file *last = b->nfiles > 0 ?
+	    &b->files[b->nfiles - 1].staged : NULL;
 
+	if (b->writer != NULL && last != NULL && last->fd >= 0) {
+		disk_writer_close(b->writer, last->fd);
+		last->fd = -1;
+	}
 	disk_writer_free(b->writer);
 	b->writer = NULL;
 	for (size_t i = 0; i < b->nfiles; i++)
@@ -137,8 +150,11 @@ part_begin(const struct multipart_part *part, void *arg, struct error *err)
 	f = &b->files[b->nfiles++];
 	memset(f, 0, sizeof *f);
 	f->filename = part->filename != NULL ? xstrdup(part->filename) : NULL;
+	staged_init(&f->staged);
 	b->part = PART_FILE;
-	return staged_create(&f->staged, b->stagefd, 1,
+	if (b->stage.fd < 0 && staged_dir_create(&b->stage, b->rootfd, err) < 0)
+		return -1;
+	return staged_create(&f->staged, b->stage.fd, 1,
 	    f->filename != NULL ? f->filename : "a file part", err);
 }
 
@@ -149,10 +165,16 @@ part_data(const char *data, size_t len, void *arg, struct error *err)
 
 	switch (b->part) {
 	case PART_FILE:
-		if (disk_writer_write(b->writer, b->files[b->nfiles - 1].staged.fd,
-		    data, len) && !b->paused) {
-			b->paused = 1;
-			http_request_pause_body(b->req);
+		switch (disk_writer_write(b->writer,
+		    b->files[b->nfiles - 1].staged.fd, data, len, err)) {
+		case -1:
+			return -1;
+		case 1:
+			if (!b->paused) {
+				b->paused = 1;
+				http_request_pause_body(b->req);
+			}
+			break;
 		}
 		return 0;
 	case PART_PATH:
@@ -230,7 +252,8 @@ target_dir(struct batch *b, const char *rel, const char **base,
 	return fd;
 }
 
-/* Check file i's target and move it next to it, under its hidden name. */
+/* Check file i's target, make its directory, and copy the file there if
+ * a rename from the staging directory cannot reach it. */
 static int
 place(struct batch *b, size_t i, struct error *err)
 {
@@ -255,12 +278,15 @@ place(struct batch *b, size_t i, struct error *err)
 	dirfd = target_dir(b, f->rel, &base, err);
 	if (dirfd < 0)
 		return -1;
+	f->dirfd = dirfd;
 	if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISDIR(st.st_mode)) {
 		error_set(err, 409, "%s is a directory", f->rel);
 		return -1;
 	}
-	return staged_move(&f->staged, dirfd, f->rel, err);
+	if (!staged_same_mount(b->stage.fd, dirfd))
+		return staged_copy_to(&f->staged, dirfd, f->rel, err);
+	return 0;
 }
 
 static const char *
@@ -298,23 +324,22 @@ batch_finish(struct batch *b)
 			return;
 		}
 	}
-	/* Renames within one directory: only a race can fail them now. */
+	/* Renames within one mount: only a race can fail them now. */
 	infos = json_array();
 	for (size_t i = 0; i < b->nfiles; i++) {
 		struct batch_file *f = &b->files[i];
-		const char *base = last_component(f->rel);
-		json_t *info;
+		struct stat st;
 
-		if (staged_commit(&f->staged, b->agent, base, f->rel, &err) < 0 ||
-		    (info = fsops_entry_info(b->agent, f->staged.dirfd, base,
-		    f->rel, &err)) == NULL) {
+		if (staged_commit(&f->staged, b->agent, f->dirfd,
+		    last_component(f->rel), f->rel, &st, &err) < 0) {
 			log_warn("batch upload: %zu of %zu files were written "
 			    "before: %s", i, b->nfiles, err.msg);
 			json_decref(infos);
 			batch_fail(b, &err);
 			return;
 		}
-		json_array_append_new(infos, info);
+		json_array_append_new(infos, fsops_entry_json(b->agent, f->rel,
+		    &st));
 	}
 	batch_free(b);
 	http_reply_json(req, 200, infos);
@@ -405,7 +430,8 @@ files_batch_route(struct http_request *req, void *arg)
 
 	b->agent = agent;
 	b->req = req;
-	b->stagefd = -1;
+	b->rootfd = -1;
+	staged_dir_init(&b->stage);
 	boundary = multipart_boundary(http_request_header(req, "Content-Type"),
 	    &err);
 	if (boundary == NULL)
@@ -417,10 +443,10 @@ files_batch_route(struct http_request *req, void *arg)
 		    "is %zu", (long long)length, agent->cfg.max_upload);
 		goto fail;
 	}
-	b->stagefd = path_open(&agent->ws, "", O_PATH | O_DIRECTORY, 0, &err);
-	if (b->stagefd < 0)
+	b->rootfd = path_open(&agent->ws, "", O_PATH | O_DIRECTORY, 0, &err);
+	if (b->rootfd < 0)
 		goto fail;
-	if (length > 0 && fstatvfs(b->stagefd, &sv) == 0 &&
+	if (length > 0 && fstatvfs(b->rootfd, &sv) == 0 &&
 	    (uint64_t)sv.f_bavail * sv.f_frsize < (uint64_t)length) {
 		error_set(&err, 507, "not enough space for the batch: %lld bytes "
 		    "sent, %llu free", (long long)length,

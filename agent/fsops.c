@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <unistd.h>
 
 #include "utf8.h"
@@ -75,14 +76,43 @@ fsops_entry_info(struct agent *agent, int dirfd, const char *name,
 }
 
 void
-fsops_give(struct agent *agent, int dirfd, const char *name)
+fsops_give(struct agent *agent, int fd)
 {
 	if (!agent->drop_ids)
 		return;
 	/* Best effort: a file the commands cannot change is no reason to
 	 * fail a write that succeeded. */
-	(void)fchownat(dirfd, name, agent->uid, agent->gid,
-	    AT_SYMLINK_NOFOLLOW | (name[0] == '\0' ? AT_EMPTY_PATH : 0));
+	(void)fchownat(fd, "", agent->uid, agent->gid, AT_EMPTY_PATH);
+}
+
+/* mkdir as the user commands run as, when the agent runs them as another
+ * user: the directory is theirs from its first moment, so root never has
+ * to change it by a name they could have swapped. Where that user may not
+ * write, root makes it, since then no process of theirs can swap the name
+ * either; *as_user says which happened. -1 with errno. */
+static int
+mkdir_for_user(struct agent *agent, int parent, const char *name,
+    int *as_user)
+{
+	int rc, e;
+
+	*as_user = 0;
+	if (agent->drop_ids) {
+		/* The filesystem ids are the calling thread's alone. */
+		uid_t ouid = (uid_t)setfsuid(agent->uid);
+		gid_t ogid = (gid_t)setfsgid(agent->gid);
+
+		rc = mkdirat(parent, name, 0777);
+		e = errno;
+		setfsuid(ouid);
+		setfsgid(ogid);
+		if (rc == 0 || (e != EACCES && e != EPERM)) {
+			*as_user = rc == 0;
+			errno = e;
+			return rc;
+		}
+	}
+	return mkdirat(parent, name, 0777);
 }
 
 static void
@@ -102,7 +132,7 @@ mkdir_step(struct agent *agent, int parent, const char *prefix,
 	const char *name = last_component(prefix);
 	struct error e = { 0 };
 	struct stat st;
-	int fd;
+	int fd, as_user;
 
 	fd = path_open(&agent->ws, prefix, O_PATH, 0, &e);
 	if (fd >= 0) {
@@ -117,7 +147,7 @@ mkdir_step(struct agent *agent, int parent, const char *prefix,
 		*err = e;
 		return -1;
 	}
-	if (mkdirat(parent, name, 0777) < 0) {
+	if (mkdir_for_user(agent, parent, name, &as_user) < 0) {
 		/* EEXIST here is a dangling symlink, or a race. */
 		if (errno == EEXIST)
 			error_set(err, 409, "%s: %s exists and is not a "
@@ -127,10 +157,15 @@ mkdir_step(struct agent *agent, int parent, const char *prefix,
 		return -1;
 	}
 	created_add(created, prefix);
-	fsops_give(agent, parent, name);
 	fd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
 		path_error(err, errno, "open directory", prefix);
+		return -1;
+	}
+	/* Made by root only where the user cannot write: nobody swapped the
+	 * name, so the descriptor is the directory made. */
+	if (!as_user)
+		fsops_give(agent, fd);
 	return fd;
 }
 

@@ -4,7 +4,7 @@
  *
  *   POST /watcher/commit_changes {"commit_message"?}
  *   POST /watcher/generate_diff {"commit_a"?, "commit_b"?}
- *   GET  /watcher/git_logs[?limit=N]
+ *   GET  /watcher/git_logs[?limit=N][&offset=M]
  *
  * This file holds the routes, the commit and the diff; git_diff.c writes
  * diffs as JSON, git_log.c the history.
@@ -19,6 +19,8 @@
  */
 #include "agent.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +38,8 @@
 #include "xmalloc.h"
 
 #define DEFAULT_MESSAGE "Automated commit"
+#define LOGS_DEFAULT	100	/* commits a log answer holds unless asked */
+#define LOGS_MAX	1000	/* and at most */
 #define FALLBACK_NAME "User"
 #define FALLBACK_EMAIL "user@example.com"
 
@@ -51,7 +55,7 @@ struct git_job {
 	git_job_fn fn;
 	char *message;			/* commit */
 	char *rev_a, *rev_b;		/* diff; both NULL: worktree vs HEAD */
-	unsigned long limit;		/* logs; 0: every commit */
+	unsigned long limit, offset;	/* logs */
 	struct evbuffer *answer;	/* the JSON answer */
 	struct error err;
 	int failed;
@@ -62,10 +66,33 @@ static struct work_queue *git_queue;
 /* Set at shutdown: queued jobs are answered 503 instead of run. */
 static atomic_int git_stopping;
 
+/* libgit2 finds the global and XDG configuration through $HOME, which is
+ * root's: under --run-as the worker, with the user's file-system ids,
+ * cannot even stat root's ~/.gitconfig (every route failed on it), and
+ * root's settings must not apply to the user's repository anyway. The
+ * run-as user's own home instead, or none when it is unknown. */
+static void
+config_search_paths(struct agent *agent)
+{
+	const char *home = agent->run_as_home != NULL ? agent->run_as_home : "";
+	char *xdg = home[0] != '\0' ? xasprintf("%s/.config/git", home) :
+	    xstrdup("");
+
+	if (git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, GIT_CONFIG_LEVEL_GLOBAL,
+	    home) < 0 || git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH,
+	    GIT_CONFIG_LEVEL_XDG, xdg) < 0)
+		log_warn("git: cannot point the configuration at the run-as "
+		    "user's home: %s", git_error_last() != NULL ?
+		    git_error_last()->message : "libgit2 error");
+	free(xdg);
+}
+
 void
 git_routes_init(struct agent *agent)
 {
 	git_libgit2_init();
+	if (agent->drop_ids)
+		config_search_paths(agent);
 	/* The workspace is often a host directory mounted with the host
 	 * user's ids, and the agent is its only git user, so libgit2's
 	 * safe.directory ownership check would only refuse good requests. */
@@ -330,7 +357,7 @@ diff_run(struct git_job *job, git_repository *repo, struct error *err)
 		goto out;
 	}
 	evbuffer_add(job->answer, "{\"diffs\":", 9);
-	if (git_diff_append_json(job->answer, diff, err) < 0)
+	if (git_diff_append_json(job->answer, diff, 0, err) < 0)
 		goto out;
 	evbuffer_add(job->answer, "}", 1);
 	ret = 0;
@@ -346,7 +373,8 @@ out:
 static int
 logs_run(struct git_job *job, git_repository *repo, struct error *err)
 {
-	return git_log_append_json(job->answer, repo, job->limit, err);
+	return git_log_append_json(job->answer, repo, job->limit, job->offset,
+	    err);
 }
 
 /* On the worker thread. */
@@ -484,23 +512,44 @@ git_route_diff(struct http_request *req, void *arg)
 	submit(job);
 }
 
+/* A query parameter as a number in [min, max]; def when absent. */
+static int
+query_number(struct http_request *req, const char *name, unsigned long def,
+    unsigned long min, unsigned long max, unsigned long *out,
+    struct error *err)
+{
+	const char *s = http_request_query(req, name);
+	char *end;
+
+	*out = def;
+	if (s == NULL)
+		return 0;
+	errno = 0;
+	*out = strtoul(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno == ERANGE ||
+	    *out < min || *out > max) {
+		error_set(err, 400, "%s must be an integer from %lu to %lu",
+		    name, min, max);
+		return -1;
+	}
+	return 0;
+}
+
 void
 git_route_logs(struct http_request *req, void *arg)
 {
-	const char *limit = http_request_query(req, "limit");
-	unsigned long n = 0;
+	unsigned long limit, offset;
+	struct error err = { 0 };
 	struct git_job *job;
-	char *end;
 
-	if (limit != NULL) {
-		n = strtoul(limit, &end, 10);
-		if (limit[0] < '0' || limit[0] > '9' || *end != '\0' || n == 0) {
-			http_reply_error(req, 400, "limit must be a positive "
-			    "integer");
-			return;
-		}
+	if (query_number(req, "limit", LOGS_DEFAULT, 1, LOGS_MAX, &limit,
+	    &err) < 0 || query_number(req, "offset", 0, 0, ULONG_MAX, &offset,
+	    &err) < 0) {
+		http_reply_err(req, &err);
+		return;
 	}
 	job = job_new(arg, req, logs_run);
-	job->limit = n;
+	job->limit = limit;
+	job->offset = offset;
 	submit(job);
 }

@@ -136,7 +136,8 @@ patch_text(struct evbuffer *text, git_patch *patch, struct error *err)
 }
 
 int
-git_diff_append_json(struct evbuffer *out, git_diff *diff, struct error *err)
+git_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
+    struct error *err)
 {
 	size_t n = git_diff_num_deltas(diff), written = 0;
 	struct evbuffer *text = evbuffer_new();
@@ -169,6 +170,12 @@ git_diff_append_json(struct evbuffer *out, git_diff *diff, struct error *err)
 		    evbuffer_get_length(text));
 		evbuffer_drain(text, evbuffer_get_length(text));
 		git_patch_free(patch);
+		if (max > 0 && evbuffer_get_length(out) > max) {
+			error_set(err, 413, "the diff is larger than %zu bytes",
+			    max);
+			evbuffer_free(text);
+			return -1;
+		}
 	}
 	evbuffer_add(out, "}", 1);
 	evbuffer_free(text);

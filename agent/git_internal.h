@@ -25,8 +25,9 @@ void git_diff_options_default(git_diff_options *opts);
  * lines joined by "\n" with none after the last, hunks as diff -u prints
  * them (no function names after @@), "\ No newline at end of file" where
  * diff -u says it, binary files as "Binary files a/<path> and b/<path>
- * differ"; invalid UTF-8 becomes U+FFFD. */
-int git_diff_append_json(struct evbuffer *out, git_diff *diff,
+ * differ"; invalid UTF-8 becomes U+FFFD. With max > 0, once out holds
+ * more than max bytes the append stops: -1 with err 413. */
+int git_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
     struct error *err);
 
 /* Append s as a JSON string literal, invalid UTF-8 replaced by U+FFFD. */
@@ -37,9 +38,11 @@ void git_diff_append_string(struct evbuffer *out, const char *s, size_t len);
  * 500 otherwise. */
 void git_diff_error(struct error *err, int rc, const char *what);
 
-/* Append {"logs": [...]}: at most limit commits (0: all) from HEAD, newest
- * first, each with its diff against its first parent. */
+/* Append {"logs": [...]}: at most limit commits from HEAD, newest first,
+ * after skipping offset of them, each with its diff against its first
+ * parent. The answer is bounded whatever the history holds: see
+ * git_log.c. */
 int git_log_append_json(struct evbuffer *out, git_repository *repo,
-    unsigned long limit, struct error *err);
+    unsigned long limit, unsigned long offset, struct error *err);
 
 #endif

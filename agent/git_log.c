@@ -8,6 +8,15 @@
  * a sandbox. Here such a parent just ends that line of history, as git log
  * shows it. The order is git log's default: the newest committer date
  * first, commits of the same date in the order they were met.
+ *
+ * The history is the sandbox user's to write, so the answer is bounded
+ * whatever it holds: a page of commits (git.c's limit), the walk keeping
+ * only ids and dates of the commits it met, no commit object over
+ * LOG_COMMIT_MAX, blobs over LOG_BLOB_MAX shown as binary (as git does
+ * past core.bigFileThreshold) and never loaded, at most LOG_MAX_FILES
+ * changed files per commit, and at most LOG_MAX_BYTES of JSON: the page
+ * ends before the commit that would pass it, and if that is its first
+ * one, the answer is 413 naming it.
  */
 #include "git_internal.h"
 
@@ -20,8 +29,13 @@
 
 #include "xmalloc.h"
 
+#define LOG_MAX_BYTES	(32 * 1024 * 1024)
+#define LOG_BLOB_MAX	(1024 * 1024)
+#define LOG_MAX_FILES	100000
+#define LOG_COMMIT_MAX	(1024 * 1024)
+
 struct queued {
-	git_commit *commit;
+	git_oid id;
 	git_time_t time;
 	unsigned long seq;
 };
@@ -88,9 +102,9 @@ before(const struct queued *a, const struct queued *b)
 }
 
 static void
-heap_push(struct walk *w, git_commit *commit)
+heap_push(struct walk *w, const git_oid *id, git_time_t time)
 {
-	struct queued q = { commit, git_commit_time(commit), w->seq++ }, tmp;
+	struct queued q = { *id, time, w->seq++ }, tmp;
 	size_t i = w->n++, parent;
 
 	if (w->n > w->cap) {
@@ -106,17 +120,16 @@ heap_push(struct walk *w, git_commit *commit)
 	}
 }
 
-/* The next commit, handed to the caller; NULL when the walk is over. */
-static git_commit *
-heap_pop(struct walk *w)
+/* The next commit's id into *id; 0 when the walk is over. */
+static int
+heap_pop(struct walk *w, git_oid *id)
 {
-	git_commit *top;
 	struct queued tmp;
 	size_t i = 0, best, l;
 
 	if (w->n == 0)
-		return NULL;
-	top = w->heap[0].commit;
+		return 0;
+	*id = w->heap[0].id;
 	w->heap[0] = w->heap[--w->n];
 	for (;;) {
 		best = i;
@@ -132,7 +145,35 @@ heap_pop(struct walk *w)
 		w->heap[best] = tmp;
 		i = best;
 	}
-	return top;
+	return 1;
+}
+
+/* The commit id names, refused (413) when its object is larger than any
+ * real commit: it would be read whole. */
+static int
+lookup(git_repository *repo, const git_oid *id, git_commit **out,
+    struct error *err)
+{
+	char hex[GIT_OID_HEXSZ + 1];
+	git_object_t type;
+	git_odb *odb;
+	size_t len;
+	int rc;
+
+	rc = git_repository_odb(&odb, repo);
+	if (rc == 0) {
+		rc = git_odb_read_header(&len, &type, odb, id);
+		git_odb_free(odb);
+	}
+	if (rc == 0 && len > LOG_COMMIT_MAX) {
+		error_set(err, 413, "commit %s is %zu bytes, more than the %d a "
+		    "log reads", git_oid_tostr(hex, sizeof hex, id), len,
+		    LOG_COMMIT_MAX);
+		return -1;
+	}
+	if (rc == 0)
+		rc = git_commit_lookup(out, repo, id);
+	return rc;
 }
 
 /* Queue the commit id names unless met before. A missing commit is the
@@ -146,22 +187,22 @@ walk_add(struct walk *w, git_repository *repo, const git_oid *id,
 
 	if (!meet(w, id))
 		return 0;
-	rc = git_commit_lookup(&commit, repo, id);
+	rc = lookup(repo, id, &commit, err);
 	if (rc == GIT_ENOTFOUND && !required)
 		return 0;
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read a commit");
+		if (err->status == 0)
+			git_diff_error(err, rc, "cannot read a commit");
 		return -1;
 	}
-	heap_push(w, commit);
+	heap_push(w, id, git_commit_time(commit));
+	git_commit_free(commit);
 	return 0;
 }
 
 static void
 walk_free(struct walk *w)
 {
-	for (size_t i = 0; i < w->n; i++)
-		git_commit_free(w->heap[i].commit);
 	free(w->heap);
 	free(w->seen);
 	free(w->used);
@@ -183,12 +224,27 @@ format_date(char *buf, size_t size, const git_time *when)
 	    off % 60);
 }
 
+/* Counts the files a diff grows by, and stops it past LOG_MAX_FILES. */
+static int
+count_file(const git_diff *diff, const git_diff_delta *delta,
+    const char *pathspec, void *payload)
+{
+	size_t *n = payload;
+
+	(void)diff;
+	(void)delta;
+	(void)pathspec;
+	return ++*n > LOG_MAX_FILES ? -1 : 0;
+}
+
 /* The diff of commit against its first parent; {} for a root commit, and
- * for a commit whose parent is not here (a shallow clone's oldest). */
+ * for a commit whose parent is not here (a shallow clone's oldest). It
+ * stops (413) once out holds more than max bytes. */
 static int
 append_commit_diff(struct evbuffer *out, git_repository *repo,
-    git_commit *commit, struct error *err)
+    git_commit *commit, size_t max, struct error *err)
 {
+	size_t files = 0;
 	git_diff_options opts;
 	git_commit *parent = NULL;
 	git_tree *old = NULL, *new = NULL;
@@ -205,16 +261,22 @@ append_commit_diff(struct evbuffer *out, git_repository *repo,
 		return 0;
 	}
 	git_diff_options_default(&opts);
+	opts.max_size = LOG_BLOB_MAX;
+	opts.notify_cb = count_file;
+	opts.payload = &files;
 	if (rc == 0)
 		rc = git_commit_tree(&old, parent);
 	if (rc == 0)
 		rc = git_commit_tree(&new, commit);
 	if (rc == 0)
 		rc = git_diff_tree_to_tree(&diff, repo, old, new, &opts);
-	if (rc < 0)
+	if (rc < 0 && files > LOG_MAX_FILES)
+		error_set(err, 413, "it changes more than %d files",
+		    LOG_MAX_FILES);
+	else if (rc < 0)
 		git_diff_error(err, rc, "cannot diff a commit");
 	else
-		ret = git_diff_append_json(out, diff, err);
+		ret = git_diff_append_json(out, diff, max, err);
 	git_diff_free(diff);
 	git_tree_free(new);
 	git_tree_free(old);
@@ -224,7 +286,7 @@ append_commit_diff(struct evbuffer *out, git_repository *repo,
 
 static int
 append_commit(struct evbuffer *out, git_repository *repo, git_commit *commit,
-    struct error *err)
+    size_t max, struct error *err)
 {
 	const git_signature *author = git_commit_author(commit);
 	const char *msg = git_commit_message(commit);
@@ -246,46 +308,78 @@ append_commit(struct evbuffer *out, git_repository *repo, git_commit *commit,
 	evbuffer_add_printf(out, ",\"date\":\"%s\",\"message\":", date);
 	git_diff_append_string(out, msg, len);
 	evbuffer_add(out, ",\"diff\":", 8);
-	if (append_commit_diff(out, repo, commit, err) < 0)
+	if (evbuffer_get_length(out) > max) {
+		error_set(err, 413, "its message is too large");
+		return -1;
+	}
+	if (append_commit_diff(out, repo, commit, max, err) < 0)
 		return -1;
 	evbuffer_add(out, "}", 1);
 	return 0;
 }
 
-/* Each commit's JSON is written as it is walked, so memory grows with
- * what was asked (limit), not with the history. */
+/* Each commit's JSON is written as it is walked, so memory grows with the
+ * page asked for, up to LOG_MAX_BYTES, not with the history. */
 int
 git_log_append_json(struct evbuffer *out, git_repository *repo,
-    unsigned long limit, struct error *err)
+    unsigned long limit, unsigned long offset, struct error *err)
 {
+	struct evbuffer *one = evbuffer_new();
+	char hex[GIT_OID_HEXSZ + 1];
 	struct walk w = { 0 };
+	unsigned long n = 0, skipped = 0;
 	git_commit *commit;
-	unsigned long n = 0;
-	git_oid head;
+	git_oid head, id;
 	int rc, ret = -1;
 
 	evbuffer_add(out, "{\"logs\":[", 9);
 	rc = git_reference_name_to_id(&head, repo, "HEAD");
 	if (rc == GIT_ENOTFOUND || rc == GIT_EUNBORNBRANCH) {
 		evbuffer_add(out, "]}", 2);	/* no commit yet */
+		evbuffer_free(one);
 		return 0;
 	}
 	if (rc < 0) {
 		git_diff_error(err, rc, "cannot read HEAD");
+		evbuffer_free(one);
 		return -1;
 	}
 	if (walk_add(&w, repo, &head, 1, err) < 0)
 		goto out;
-	while ((limit == 0 || n < limit) && (commit = heap_pop(&w)) != NULL) {
-		rc = 0;
+	while (n < limit && heap_pop(&w, &id)) {
+		rc = lookup(repo, &id, &commit, err);
+		if (rc < 0) {
+			if (err->status == 0)
+				git_diff_error(err, rc, "cannot read a commit");
+			goto out;
+		}
 		for (unsigned int i = 0; rc == 0 &&
 		    i < git_commit_parentcount(commit); i++)
 			rc = walk_add(&w, repo, git_commit_parent_id(commit, i),
 			    0, err);
-		if (rc == 0) {
-			if (n++ > 0)
-				evbuffer_add(out, ",", 1);
-			rc = append_commit(out, repo, commit, err);
+		if (rc == 0 && skipped < offset) {
+			skipped++;
+		} else if (rc == 0) {
+			size_t room = LOG_MAX_BYTES - evbuffer_get_length(out);
+
+			rc = append_commit(one, repo, commit, room, err);
+			if (rc < 0 && err->status == 413 && n > 0) {
+				/* The page ends before it: the next page,
+				 * offset by the commits here, starts with it. */
+				git_commit_free(commit);
+				break;
+			}
+			if (rc < 0 && err->status == 413)
+				error_prefix(err, "commit %s is too large for "
+				    "a log answer (at most %d MiB; read its diff "
+				    "with /watcher/generate_diff)",
+				    git_oid_tostr(hex, sizeof hex, &id),
+				    LOG_MAX_BYTES >> 20);
+			if (rc == 0) {
+				if (n++ > 0)
+					evbuffer_add(out, ",", 1);
+				evbuffer_add_buffer(out, one);
+			}
 		}
 		git_commit_free(commit);
 		if (rc < 0)
@@ -294,6 +388,7 @@ git_log_append_json(struct evbuffer *out, git_repository *repo,
 	evbuffer_add(out, "]}", 2);
 	ret = 0;
 out:
+	evbuffer_free(one);
 	walk_free(&w);
 	return ret;
 }

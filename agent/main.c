@@ -6,11 +6,13 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -20,7 +22,12 @@
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
+#include "work_pool.h"
 #include "xmalloc.h"
+
+/* Threads of the I/O pool at most: file reads and deletes that block at
+ * once before the next one waits. */
+#define IO_THREADS	16
 
 extern char **environ;
 
@@ -147,12 +154,62 @@ child_environment(const char *workspace)
 	}
 	env[o++] = xasprintf("PWD=%s", workspace);
 	if (pw != NULL) {
+		agent.run_as_home = xstrdup(pw->pw_dir);
 		env[o++] = xasprintf("HOME=%s", pw->pw_dir);
 		env[o++] = xasprintf("USER=%s", pw->pw_name);
 		env[o++] = xasprintf("LOGNAME=%s", pw->pw_name);
 	}
 	env[o] = NULL;
 	return env;
+}
+
+/* A missing workspace is made, as mkdir -p would, and under --run-as the
+ * workspace itself (not its parents) is given to that user, whose commands
+ * work in it: by its descriptor, opened without following a link. */
+static int
+make_workspace(const char *root, struct error *err)
+{
+	char *path = xstrdup(root);
+	size_t len = strlen(path);
+	int fd, made = 0;
+
+	while (len > 1 && path[len - 1] == '/')
+		path[--len] = '\0';
+	for (char *p = path + 1;; p++) {
+		char save = *p;
+
+		if (save != '/' && save != '\0')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) == 0)
+			made = save == '\0';
+		else if (errno != EEXIST) {
+			error_set_errno(err, 500, errno, "cannot create the "
+			    "workspace %s", path);
+			free(path);
+			return -1;
+		}
+		*p = save;
+		if (save == '\0')
+			break;
+	}
+	if (!made) {
+		free(path);
+		return 0;
+	}
+	log_info("created the workspace %s", path);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || (agent.drop_ids && fchown(fd, agent.uid, agent.gid) < 0)) {
+		error_set_errno(err, 500, errno, "cannot give the workspace %s to "
+		    "uid %u", path, (unsigned)agent.uid);
+		if (fd >= 0)
+			close(fd);
+		free(path);
+		return -1;
+	}
+	close(fd);
+	free(path);
+	return 0;
 }
 
 static int
@@ -265,6 +322,12 @@ setup(int argc, char **argv)
 	 * original, but is readable only by the agent's own user. */
 	unsetenv("SECRET_TOKEN");
 
+	if (agent.cfg.workspace[0] == '/' &&
+	    access(agent.cfg.workspace, F_OK) < 0 && errno == ENOENT &&
+	    make_workspace(agent.cfg.workspace, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 1;
+	}
 	if (workspace_open(&agent.ws, agent.cfg.workspace, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 1;
@@ -285,6 +348,9 @@ setup(int argc, char **argv)
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
+	agent.io_pool = work_pool_new(agent.base, IO_THREADS, &err);
+	if (agent.io_pool == NULL)
+		log_warn("file reads and deletes will fail: %s", err.msg);
 	git_routes_init(&agent);
 	staged_sweep_start(&agent);
 	mcp_init(&agent);
@@ -333,6 +399,7 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
+	work_pool_free(agent.io_pool);
 	git_routes_shutdown();
 	tools_shutdown();
 	desktop_free(&agent);

@@ -8,6 +8,7 @@
 #include "agent.h"
 
 #include <sys/fsuid.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -45,6 +46,11 @@ run_as_files(const struct agent *agent)
 {
 	if (!agent->drop_ids)
 		return;
+	/* Commands run with no supplementary group; root's (Docker gives it
+	 * disk, adm and more) would let this thread open what they cannot.
+	 * The raw call changes this thread alone, where glibc's setgroups
+	 * would change every thread of the agent. */
+	(void)syscall(SYS_setgroups, 0, NULL);
 	setfsgid(agent->gid);
 	setfsuid(agent->uid);
 }

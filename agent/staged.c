@@ -3,9 +3,19 @@
  * target in one step, so readers see the old content or the new one, never
  * a part, and a failed upload leaves nothing. O_TMPFILE makes them
  * anonymous (nothing to clean up even if the agent dies); a filesystem
- * without it, and a batch that keeps its files closed, gets a hidden name
- * instead. Hidden files an agent left when it died mid-upload are swept
- * away when the next one starts.
+ * without it gets a hidden name instead. A batch, which cannot keep a
+ * descriptor per file, stages its files by name in a private directory.
+ * Hidden files an agent left when it died mid-upload are swept away when
+ * the next one starts.
+ *
+ * The agent runs as root in a workspace the user of the commands owns, and
+ * that user's processes run while it works: any name there may be swapped
+ * for a symlink, a hard link or another directory between two calls. So
+ * root never changes a file by its name there: mode and owner go through
+ * the staged file's own descriptor, a private directory is root's alone
+ * (mode 0700) and used only through its descriptor, the rename is the one
+ * step taken by name, and what the target name holds afterwards is checked
+ * to be the file we wrote.
  */
 #include "agent.h"
 #include "files.h"
@@ -30,6 +40,16 @@
 #define HIDDEN_PREFIX	".sandbox-upload-"
 #define HIDDEN_HEX	16	/* hex digits after the prefix */
 #define COPY_CHUNK	(64 * 1024)
+#define PRIVATE_MODE	0700	/* a staging directory's: root's alone */
+
+/* A directory only we can enter: a staging directory, ours or one an
+ * agent that died left. */
+static int
+is_private(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) && st->st_uid == geteuid() &&
+	    (st->st_mode & 077) == 0;
+}
 
 void
 staged_init(struct staged_file *f)
@@ -52,7 +72,8 @@ hidden_name(void)
 	return xasprintf(HIDDEN_PREFIX "%s", hex);
 }
 
-/* A new file under a fresh hidden name in dirfd; -1 with errno. */
+/* A new file under a fresh hidden name in dirfd; -1 with errno. O_EXCL
+ * never follows a symlink planted at the name. */
 static int
 create_hidden(int dirfd, char **name)
 {
@@ -102,32 +123,43 @@ staged_close(struct staged_file *f)
 	f->fd = -1;
 }
 
+/* The staged file's descriptor, reopened if it was closed: only a file in
+ * a private directory is, so the name is still ours. */
 static int
-same_dir(int a, int b)
+staged_fd(struct staged_file *f, const char *rel, struct error *err)
 {
-	struct stat sa, sb;
-
-	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
-	    sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	if (f->fd < 0 && (f->fd = openat(f->dirfd, f->name, O_RDONLY |
+	    O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		path_error(err, errno, "upload", rel);
+		return -1;
+	}
+	return f->fd;
 }
 
-/* Link the anonymous file into dirfd under a hidden name; -1 with errno. */
+/* Link the anonymous file into dirfd as name; -1 with errno (EEXIST when
+ * the name is taken: link never replaces). */
 static int
-link_anonymous(struct staged_file *f, int dirfd, char **name)
+link_anonymous(int fd, int dirfd, const char *name)
 {
 	char proc[64];
 
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc does not. */
+	if (linkat(fd, "", dirfd, name, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != ENOENT && errno != EPERM)
+		return -1;
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW);
+}
+
+/* The same under a fresh hidden name, which *name gets. */
+static int
+link_hidden(int fd, int dirfd, char **name)
+{
 	for (int tries = 0; tries < 8; tries++) {
 		*name = hidden_name();
-		/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc does not. */
-		if (linkat(f->fd, "", dirfd, *name, AT_EMPTY_PATH) == 0)
+		if (link_anonymous(fd, dirfd, *name) == 0)
 			return 0;
-		if (errno == ENOENT || errno == EPERM) {
-			snprintf(proc, sizeof proc, "/proc/self/fd/%d", f->fd);
-			if (linkat(AT_FDCWD, proc, dirfd, *name,
-			    AT_SYMLINK_FOLLOW) == 0)
-				return 0;
-		}
 		free(*name);
 		*name = NULL;
 		if (errno != EEXIST)
@@ -173,103 +205,107 @@ copy_data(int in, int out)
 	}
 }
 
-/* Across filesystems: a hidden copy in dirfd replaces the staged file. */
-static int
-copy_into(struct staged_file *f, int dirfd, const char *rel,
+int
+staged_same_mount(int a, int b)
+{
+	struct statx xa, xb;
+	struct stat sa, sb;
+
+	if (statx(a, "", AT_EMPTY_PATH, STATX_MNT_ID, &xa) == 0 &&
+	    statx(b, "", AT_EMPTY_PATH, STATX_MNT_ID, &xb) == 0 &&
+	    (xa.stx_mask & xb.stx_mask & STATX_MNT_ID))
+		return xa.stx_mnt_id == xb.stx_mnt_id;
+	/* An older kernel: two bind mounts of one filesystem look alike
+	 * here, and staged_commit copies when the rename says EXDEV. */
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev;
+}
+
+int
+staged_copy_to(struct staged_file *f, int dirfd, const char *rel,
     struct error *err)
 {
-	char *name;
-	int in = f->fd, out, e;
+	struct staged_file copy;
+	int in, e;
 
-	if (in < 0)
-		in = openat(f->dirfd, f->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (in < 0) {
-		path_error(err, errno, "upload", rel);
+	if ((in = staged_fd(f, rel, err)) < 0 ||
+	    staged_create(&copy, dirfd, 0, rel, err) < 0)
 		return -1;
-	}
-	out = create_hidden(dirfd, &name);
-	if (out < 0 || copy_data(in, out) < 0) {
+	if (copy_data(in, copy.fd) < 0) {
 		e = errno;
-		if (out >= 0) {
-			close(out);
-			unlinkat(dirfd, name, 0);
-			free(name);
-		}
-		if (in != f->fd)
-			close(in);
+		staged_discard(&copy);
 		path_error(err, e, "upload", rel);
 		return -1;
 	}
-	if (in != f->fd)
-		close(in);
 	staged_discard(f);
-	f->fd = out;
-	f->name = name;
-	f->dirfd = dirfd;
+	*f = copy;
 	return 0;
 }
 
-int
-staged_move(struct staged_file *f, int dirfd, const char *rel,
-    struct error *err)
+/* Replacing keeps what writing in place would have kept: owner and mode,
+ * but never set-id bits, which a name the user controls must not hand to
+ * a file root wrote. A new file is the command user's. By descriptor. */
+static void
+adopt(struct staged_file *f, struct agent *agent, const struct stat *old)
 {
-	char *name;
+	if (old == NULL) {
+		fsops_give(agent, f->fd);
+		return;
+	}
+	if (geteuid() == 0)
+		(void)fchown(f->fd, old->st_uid, old->st_gid);
+	(void)fchmod(f->fd, old->st_mode & (S_ISVTX | 0777));
+}
 
-	if (f->name != NULL && same_dir(f->dirfd, dirfd))
-		return 0;
+int
+staged_commit(struct staged_file *f, struct agent *agent, int dirfd,
+    const char *name, const char *rel, struct stat *st, struct error *err)
+{
+	struct stat old, now;
+	int exists;
+
+	if (staged_fd(f, rel, err) < 0)
+		return -1;
+	exists = fstatat(dirfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
+	if (exists && S_ISDIR(old.st_mode)) {
+		error_set(err, 409, "%s is a directory", rel);
+		return -1;
+	}
+	adopt(f, agent, exists && S_ISREG(old.st_mode) ? &old : NULL);
 	if (f->name == NULL) {
-		if (link_anonymous(f, dirfd, &name) < 0) {
-			/* Another filesystem, or no /proc to link through. */
-			if (errno == EXDEV || errno == ENOENT || errno == EPERM)
-				return copy_into(f, dirfd, rel, err);
+		/* A new name takes the link at once: no moment under a
+		 * hidden name another process could swap. */
+		if (link_anonymous(f->fd, dirfd, name) == 0)
+			goto landed;
+		if (errno != EEXIST || link_hidden(f->fd, dirfd, &f->name) < 0) {
 			path_error(err, errno, "upload", rel);
 			return -1;
 		}
-	} else {
-		name = hidden_name();
-		if (renameat(f->dirfd, f->name, dirfd, name) < 0) {
-			free(name);
-			if (errno == EXDEV)
-				return copy_into(f, dirfd, rel, err);
-			path_error(err, errno, "upload", rel);
+		f->dirfd = dirfd;
+	}
+	if (renameat(f->dirfd, f->name, dirfd, name) < 0) {
+		if (errno != EXDEV) {
+			path_error(err, errno, "replace", rel);
 			return -1;
 		}
-		free(f->name);
-	}
-	f->name = name;
-	f->dirfd = dirfd;
-	return 0;
-}
-
-int
-staged_commit(struct staged_file *f, struct agent *agent, const char *name,
-    const char *rel, struct error *err)
-{
-	struct stat old;
-
-	if (f->name == NULL && staged_move(f, f->dirfd, rel, err) < 0)
-		return -1;
-	if (fstatat(f->dirfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0) {
-		if (S_ISDIR(old.st_mode)) {
-			error_set(err, 409, "%s is a directory", rel);
+		/* Two bind mounts of one filesystem, which staged_same_mount
+		 * could not tell apart: a copy on the target's side. */
+		if (staged_copy_to(f, dirfd, rel, err) < 0)
 			return -1;
-		}
-		/* Replacing keeps what writing in place would have kept. */
-		if (S_ISREG(old.st_mode)) {
-			if (geteuid() == 0)
-				(void)fchownat(f->dirfd, f->name, old.st_uid,
-				    old.st_gid, AT_SYMLINK_NOFOLLOW);
-			(void)fchmodat(f->dirfd, f->name, old.st_mode & 07777, 0);
-		}
-	} else {
-		fsops_give(agent, f->dirfd, f->name);
-	}
-	if (renameat(f->dirfd, f->name, f->dirfd, name) < 0) {
-		path_error(err, errno, "replace", rel);
-		return -1;
+		return staged_commit(f, agent, dirfd, name, rel, st, err);
 	}
 	free(f->name);
 	f->name = NULL;
+landed:
+	/* The name is in a directory the user can write: it answers 200 only
+	 * if it holds our file now, not whatever was renamed over ours. */
+	if (fstat(f->fd, st) < 0 || fstatat(dirfd, name, &now,
+	    AT_SYMLINK_NOFOLLOW) < 0 || now.st_dev != st->st_dev ||
+	    now.st_ino != st->st_ino) {
+		error_set(err, 409, "%s was replaced by another process while "
+		    "the upload was put in place", rel);
+		return -1;
+	}
+	staged_close(f);
 	return 0;
 }
 
@@ -281,6 +317,76 @@ staged_discard(struct staged_file *f)
 	free(f->name);
 	staged_close(f);
 	staged_init(f);
+}
+
+/* Private directories. */
+
+void
+staged_dir_init(struct staged_dir *d)
+{
+	d->fd = -1;
+	d->parentfd = -1;
+	d->name = NULL;
+}
+
+int
+staged_dir_create(struct staged_dir *d, int parentfd, struct error *err)
+{
+	struct stat st;
+	char *name;
+	int fd, e;
+
+	staged_dir_init(d);
+	for (int tries = 0;; tries++) {
+		name = hidden_name();
+		if (mkdirat(parentfd, name, PRIVATE_MODE) == 0)
+			break;
+		e = errno;
+		free(name);
+		if (e != EEXIST || tries == 7) {
+			path_error(err, e, "upload", "a staging directory");
+			return -1;
+		}
+	}
+	fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC);
+	if (fd < 0) {
+		path_error(err, errno, "upload", "a staging directory");
+		free(name);
+		return -1;
+	}
+	/* Opened by name: it must be the directory just made, root's alone,
+	 * not one the user renamed there meanwhile. */
+	if (fstat(fd, &st) < 0 || !is_private(&st)) {
+		error_set(err, 409, "the upload's staging directory was replaced "
+		    "by another process");
+		close(fd);
+		free(name);
+		return -1;
+	}
+	d->fd = fd;
+	d->parentfd = parentfd;
+	d->name = name;
+	d->dev = st.st_dev;
+	d->ino = st.st_ino;
+	return 0;
+}
+
+void
+staged_dir_remove(struct staged_dir *d)
+{
+	struct stat st;
+
+	if (d->fd < 0)
+		return;
+	/* Only while the name is still ours; one the user moved stays
+	 * (empty) until the sweep of the next start. */
+	if (fstatat(d->parentfd, d->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_dev == d->dev && st.st_ino == d->ino)
+		(void)unlinkat(d->parentfd, d->name, AT_REMOVEDIR);
+	close(d->fd);
+	free(d->name);
+	staged_dir_init(d);
 }
 
 int
@@ -319,9 +425,39 @@ older(const struct timespec *t, const struct timespec *than)
 	    (t->tv_sec == than->tv_sec && t->tv_nsec < than->tv_nsec);
 }
 
-/* One directory: stale hidden files go, subdirectories join todo. Every
- * directory is opened beneath the root by path_open, none through a
- * symlink. */
+/* A stale staging directory: its hidden files go, then it does. It holds
+ * nothing else, so it is not descended further. */
+static void
+sweep_private(struct sweep *s, int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC);
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	/* Checked on what was opened: the name may have been swapped. */
+	if (fstat(fd, &st) < 0 || !is_private(&st) ||
+	    (d = fdopendir(fd)) == NULL) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (staged_is_hidden_name(de->d_name) &&
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && older(&st.st_mtim, &s->start) &&
+		    unlinkat(dirfd(d), de->d_name, 0) == 0)
+			s->removed++;
+	}
+	closedir(d);
+	(void)unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* One directory: stale hidden files and staging directories go,
+ * subdirectories join todo. Every directory is opened beneath the root by
+ * path_open, none through a symlink. */
 static void
 sweep_dir(struct sweep *s, const char *rel, char ***todo, size_t *n,
     size_t *cap)
@@ -337,18 +473,20 @@ sweep_dir(struct sweep *s, const char *rel, char ***todo, size_t *n,
 		return;
 	}
 	while ((de = readdir(d)) != NULL) {
+		int hidden = staged_is_hidden_name(de->d_name);
 		struct stat st;
 
 		if (strcmp(de->d_name, ".") == 0 ||
 		    strcmp(de->d_name, "..") == 0)
 			continue;
 		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
-		    !(de->d_type == DT_REG &&
-		    staged_is_hidden_name(de->d_name)))
+		    !(de->d_type == DT_REG && hidden))
 			continue;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (S_ISDIR(st.st_mode)) {
+		if (hidden && is_private(&st) && older(&st.st_mtim, &s->start)) {
+			sweep_private(s, dirfd(d), de->d_name);
+		} else if (S_ISDIR(st.st_mode)) {
 			if (*n == *cap) {
 				*cap = *cap ? *cap * 2 : 64;
 				*todo = xreallocarray(*todo, *cap,
@@ -357,8 +495,7 @@ sweep_dir(struct sweep *s, const char *rel, char ***todo, size_t *n,
 			(*todo)[(*n)++] = rel[0] == '\0' ?
 			    xstrdup(de->d_name) :
 			    xasprintf("%s/%s", rel, de->d_name);
-		} else if (S_ISREG(st.st_mode) &&
-		    staged_is_hidden_name(de->d_name) &&
+		} else if (S_ISREG(st.st_mode) && hidden &&
 		    older(&st.st_mtim, &s->start) &&
 		    unlinkat(dirfd(d), de->d_name, 0) == 0) {
 			s->removed++;

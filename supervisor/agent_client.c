@@ -4,6 +4,13 @@
  * relay that answers a spec RPC with the agent's own answer wrapped in
  * {"data": ...}, streamed through without parsing, so a 16 MiB command
  * output costs neither a parse nor a copy of the whole.
+ *
+ * How long a call may go without progress: SANDBOXD_PROXY_TIMEOUT, except
+ * for the calls that carry their own "timeout" (commands, IPython cells,
+ * MCP tool calls). A plain command says nothing until it ends, and the
+ * agent ends it at that timeout (at most a week) and answers; a clock
+ * shorter than the caller's would kill work the caller asked for, so the
+ * relay waits that long plus a margin for the answer to come back.
  */
 #include "sandboxd.h"
 
@@ -20,6 +27,15 @@
 
 #define RELAY_HIGH_WATER (1024 * 1024)
 #define ERROR_BODY_MAX (64 * 1024)
+/* {"data": and } around the agent's answer. */
+#define RELAY_WRAP_LEN 9
+/* No agent's JSON answer comes near this (command output is capped at
+ * megabytes); one that announces more is broken or hostile. */
+#define RELAY_MAX_ANSWER ((int64_t)1 << 40)
+/* The longest "timeout" the agent takes, and how long after it fires
+ * its answer may take (an IPython cell is interrupted, then killed). */
+#define AGENT_MAX_TIMEOUT (7 * 24 * 3600.0)
+#define TIMEOUT_MARGIN 60.0
 
 /* One agent_call_json in flight; holds a reference to sb. */
 struct json_call {
@@ -35,6 +51,7 @@ struct relay {
 	struct http_client_request *up;
 	char *what;
 	char *sb_name;
+	char *agent_addr;	/* left out of messages */
 	int streaming;
 	int status;
 	struct evbuffer *buf;	/* the body of an answer we do not stream */
@@ -44,7 +61,13 @@ static void
 json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
 {
 	struct json_call *c = arg;
+	struct error e;
 
+	if (err != NULL) {
+		e = *err;
+		redact_error(&e, c->sb->agent_addr);
+		err = &e;
+	}
 	c->done(c->sb, status, answer, err, c->arg);
 	sandbox_unref(c->sb);
 	free(c);
@@ -65,6 +88,7 @@ agent_call_json(struct sandbox *sb, const char *method, const char *target,
 	sandbox_ref(sb);
 	if (http_client_json(sd.base, sb->agent_addr, method, target, headers,
 	    body, timeout, json_call_cb, c, &err) == NULL) {
+		redact_error(&err, sb->agent_addr);
 		done(sb, 0, NULL, &err, arg);
 		sandbox_unref(sb);
 		free(c);
@@ -78,6 +102,7 @@ relay_free(struct relay *rl)
 {
 	free(rl->what);
 	free(rl->sb_name);
+	free(rl->agent_addr);
 	if (rl->buf != NULL)
 		evbuffer_free(rl->buf);
 	free(rl);
@@ -107,26 +132,90 @@ agent_error(struct relay *rl, struct error *err)
 	json_decref(j);
 }
 
+int
+agent_takes_timeout(const char *target)
+{
+	static const char *const routes[] = { "/tools/run_shell_command",
+	    "/tools/run_ipython_cell", "/mcp/call_tool" };
+	char *path;
+	const char *p;
+	int yes = 0;
+
+	if (http_percent_decode(target, strcspn(target, "?"), 0, &path) < 0)
+		return 0;
+	p = path;
+	if (strncmp(p, "/fastapi/", 9) == 0)
+		p += 8;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		yes |= strcmp(p, routes[i]) == 0;
+	free(path);
+	return yes;
+}
+
+double
+agent_call_timeout(const char *target, json_t *body)
+{
+	json_t *t = json_object_get(body, "timeout");
+	double asked;
+
+	if (!agent_takes_timeout(target))
+		return sd.cfg.proxy_timeout;
+	if (body == NULL)
+		asked = AGENT_MAX_TIMEOUT;
+	else if (json_is_number(t) && json_number_value(t) > 0)
+		asked = json_number_value(t) < AGENT_MAX_TIMEOUT ?
+		    json_number_value(t) : AGENT_MAX_TIMEOUT;
+	else
+		return sd.cfg.proxy_timeout;
+	return asked + TIMEOUT_MARGIN > sd.cfg.proxy_timeout ?
+	    asked + TIMEOUT_MARGIN : sd.cfg.proxy_timeout;
+}
+
+int
+agent_answer_length(struct http_client_request *r, int64_t max, int64_t *len)
+{
+	const char *cl = http_client_header(r, "Content-Length");
+	int64_t n = 0;
+
+	*len = -1;
+	if (cl == NULL || http_client_header(r, "Transfer-Encoding") != NULL)
+		return 0;
+	if (*cl == '\0')
+		return -1;
+	for (; *cl != '\0'; cl++) {
+		if (*cl < '0' || *cl > '9' || n > (max - (*cl - '0')) / 10)
+			return -1;
+		n = n * 10 + (*cl - '0');
+	}
+	*len = n;
+	return 0;
+}
+
 static void
 relay_head_cb(struct http_client_request *r, int status, void *arg)
 {
 	struct relay *rl = arg;
 	const char *ct = http_client_header(r, "Content-Type");
-	const char *cl = http_client_header(r, "Content-Length");
-	int64_t len = -1;
+	struct error e;
+	int64_t len;
 
 	rl->status = status;
 	if (status != 200 || ct == NULL ||
 	    strncasecmp(ct, "application/json", 16) != 0)
 		return;
-	rl->streaming = 1;
-	if (cl != NULL) {
-		char *end;
-		long long n = strtoll(cl, &end, 10);
-
-		if (*end == '\0' && n >= 0)
-			len = (int64_t)n + 9;
+	if (agent_answer_length(r, RELAY_MAX_ANSWER, &len) < 0) {
+		error_set(&e, 502, "the agent of %s announced an answer of "
+		    "%.40s bytes", rl->sb_name,
+		    http_client_header(r, "Content-Length"));
+		http_client_cancel(r);
+		rl->up = NULL;
+		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		relay_free(rl);
+		return;
 	}
+	rl->streaming = 1;
+	if (len >= 0)
+		len += RELAY_WRAP_LEN;
 	http_reply_start(rl->req, 200, "application/json", len);
 	http_reply_write(rl->req, "{\"data\":", 8);
 }
@@ -175,6 +264,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		}
 	} else if (err != NULL) {
 		e = *err;
+		redact_error(&e, rl->agent_addr);
 		error_prefix(&e, "the agent of %s", rl->sb_name);
 		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
 	} else if (rl->status == 200) {
@@ -223,6 +313,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	rl->req = req;
 	rl->what = xstrdup(what);
 	rl->sb_name = xstrdup(sb->name);
+	rl->agent_addr = xstrdup(sb->agent_addr);
 	rl->buf = evbuffer_new();
 	opts.addr = sb->agent_addr;
 	opts.method = "POST";
@@ -230,7 +321,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	opts.headers = headers;
 	opts.body = text;
 	opts.body_len = strlen(text);
-	opts.timeout = sd.cfg.proxy_timeout;
+	opts.timeout = agent_call_timeout(target, body);
 	cb.on_head = relay_head_cb;
 	cb.on_body = relay_body_cb;
 	cb.on_done = relay_done_cb;
@@ -239,6 +330,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	free(auth);
 	free(text);
 	if (rl->up == NULL) {
+		redact_error(&err, sb->agent_addr);
 		sandboxd_reply_rpc_error(req, what, &err);
 		relay_free(rl);
 		return;

@@ -7,9 +7,15 @@
  * only for our own faults); the reference answers 500 for all of them, and
  * its SDK treats every non-2xx alike. create and create_from_pool answer
  * {"data": null, "detail": why} when no sandbox can be had, as the spec says.
+ *
+ * One table (methods[] below) drives the routes: each method is served at
+ * /<name> and at /<name>_async, the route the SDK's async manager calls
+ * ("Async twins" in the spec), with the same arguments and answer. The
+ * route handler finds its entry again by the path it was called at.
  */
 #include "sandboxd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +32,7 @@
 /* A request waiting for an asynchronous step; freed when it answers. */
 struct rpc {
 	struct http_request *req;
-	const char *what;		/* the method name, static */
+	const char *what;		/* the route's name, e.g. "release_async" */
 	json_t *args;
 	size_t pending;			/* cleanup: releases outstanding */
 	const char *tool_type;		/* list_tools: borrowed from args */
@@ -39,7 +45,7 @@ sandboxd_reply_rpc_error(struct http_request *req, const char *what,
 	struct error e = *err;
 
 	error_prefix(&e, "Error in %s", what);
-	http_reply_err(req, &e);
+	sandboxd_reply_error(req, &e);
 }
 
 static void
@@ -66,10 +72,48 @@ rpc_free(struct rpc *r)
 	free(r);
 }
 
+/* One manager method of spec section 2; see the table at the end. */
+struct rpc_method {
+	const char *name;
+	unsigned methods;		/* HTTP methods it takes */
+	void (*handler)(struct http_request *req, const char *what,
+	    json_t *args);
+	/* The sync method's first two parameters. The SDK declares most
+	 * async methods (*args, **kwargs), and its remote_wrapper_async names
+	 * the values of a positional call after those two: release_async(id)
+	 * sends {"args": id}. */
+	const char *positional[2];
+};
+
+/* An async call's "args" and "kwargs" under the names the method gives
+ * its first two parameters. -1 with err when a value comes twice. */
+static int
+rpc_name_positional(const struct rpc_method *m, json_t *args,
+    struct error *err)
+{
+	static const char *const as_sent[2] = { "args", "kwargs" };
+
+	for (size_t i = 0; i < 2; i++) {
+		json_t *v = json_object_get(args, as_sent[i]);
+
+		if (v == NULL || m->positional[i] == NULL)
+			continue;
+		if (json_object_get(args, m->positional[i]) != NULL) {
+			error_set(err, 400, "%s given twice, by name and as "
+			    "\"%s\"", m->positional[i], as_sent[i]);
+			return -1;
+		}
+		json_object_set(args, m->positional[i], v);
+		json_object_del(args, as_sent[i]);
+	}
+	return 0;
+}
+
 /* The method's arguments: the JSON body of a POST (empty: none), the query
  * parameters of a GET. New reference, or NULL after answering 400. */
 static json_t *
-rpc_args(struct http_request *req, const char *what)
+rpc_args(struct http_request *req, const struct rpc_method *m, int is_async,
+    const char *what)
 {
 	struct error err;
 	json_t *args;
@@ -90,6 +134,11 @@ rpc_args(struct http_request *req, const char *what)
 	if (evbuffer_get_length(http_request_body(req)) == 0)
 		return json_object();
 	args = http_request_json(req, &err);
+	if (args != NULL && is_async &&
+	    rpc_name_positional(m, args, &err) < 0) {
+		json_decref(args);
+		args = NULL;
+	}
 	if (args == NULL)
 		sandboxd_reply_rpc_error(req, what, &err);
 	return args;
@@ -165,9 +214,13 @@ static void
 reply_created(struct http_request *req, struct sandbox *sb,
     const struct error *err)
 {
+	struct error e;
+
 	if (err != NULL) {
+		e = *err;
+		redact_error(&e, NULL);
 		http_reply_json(req, 200, json_pack("{s:n,s:s}", "data",
-		    "detail", err->msg));
+		    "detail", e.msg));
 		return;
 	}
 	reply_data(req, json_string(sb->name));
@@ -180,18 +233,15 @@ created_cb(struct sandbox *sb, const struct error *err, void *arg)
 }
 
 static void
-create_common(struct http_request *req, const char *what, int from_pool)
+create_common(struct http_request *req, const char *what, json_t *args,
+    int from_pool)
 {
 	struct create_request creq;
 	struct sandbox *sb;
 	struct error err;
-	json_t *args;
 
-	if ((args = rpc_args(req, what)) == NULL)
-		return;
 	if (api_parse_create(args, &creq, "sandbox_type", &err) < 0) {
 		sandboxd_reply_rpc_error(req, what, &err);
-		json_decref(args);
 		return;
 	}
 	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
@@ -201,7 +251,6 @@ create_common(struct http_request *req, const char *what, int from_pool)
 			json_object_update(sb->meta, creq.meta);
 		sessions_bind(sb, creq.session);
 		reply_data(req, json_string(sb->name));
-		json_decref(args);
 		return;
 	}
 	if (lifecycle_create(&creq, created_cb, req, &err) == NULL) {
@@ -210,33 +259,34 @@ create_common(struct http_request *req, const char *what, int from_pool)
 		else
 			sandboxd_reply_rpc_error(req, what, &err);
 	}
-	json_decref(args);
 }
 
 static void
-route_create_from_pool(struct http_request *req, void *arg)
+rpc_create_from_pool(struct http_request *req, const char *what,
+    json_t *args)
 {
-	(void)arg;
-	create_common(req, "create_from_pool", 1);
+	create_common(req, what, args, 1);
 }
 
 static void
-route_create(struct http_request *req, void *arg)
+rpc_create(struct http_request *req, const char *what, json_t *args)
 {
-	(void)arg;
-	create_common(req, "create", 0);
+	create_common(req, what, args, 0);
 }
 
 static void
 bool_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	struct rpc *r = arg;
+	struct error e;
 
 	(void)sb;
-	if (err != NULL && err->status != 409)
+	if (err != NULL && err->status != 409) {
+		e = *err;
+		redact_error(&e, NULL);
 		http_reply_json(r->req, 200, json_pack("{s:b,s:s}", "data", 0,
-		    "detail", err->msg));
-	else if (err != NULL)
+		    "detail", e.msg));
+	} else if (err != NULL)
 		sandboxd_reply_rpc_error(r->req, r->what, err);
 	else
 		reply_data(r->req, json_true());
@@ -246,37 +296,31 @@ bool_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 typedef void (*lifecycle_fn)(struct sandbox *, sandbox_done_cb, void *);
 
 static void
-bool_method(struct http_request *req, const char *what, lifecycle_fn fn)
+bool_method(struct http_request *req, const char *what, json_t *args,
+    lifecycle_fn fn)
 {
 	struct sandbox *sb;
-	json_t *args;
 
-	if ((args = rpc_args(req, what)) == NULL)
-		return;
 	if ((sb = rpc_sandbox(req, what, args)) != NULL)
 		fn(sb, bool_done_cb, rpc_new(req, what, args));
-	json_decref(args);
 }
 
 static void
-route_release(struct http_request *req, void *arg)
+rpc_release(struct http_request *req, const char *what, json_t *args)
 {
-	(void)arg;
-	bool_method(req, "release", lifecycle_release);
+	bool_method(req, what, args, lifecycle_release);
 }
 
 static void
-route_start(struct http_request *req, void *arg)
+rpc_start(struct http_request *req, const char *what, json_t *args)
 {
-	(void)arg;
-	bool_method(req, "start", lifecycle_start);
+	bool_method(req, what, args, lifecycle_start);
 }
 
 static void
-route_stop(struct http_request *req, void *arg)
+rpc_stop(struct http_request *req, const char *what, json_t *args)
 {
-	(void)arg;
-	bool_method(req, "stop", lifecycle_stop);
+	bool_method(req, what, args, lifecycle_stop);
 }
 
 static void
@@ -296,36 +340,26 @@ status_cb(const char *status, int exit_code, const struct error *err,
 }
 
 static void
-route_get_status(struct http_request *req, void *arg)
+rpc_get_status(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb;
-	json_t *args;
 
-	(void)arg;
-	if ((args = rpc_args(req, "get_status")) == NULL)
-		return;
-	sb = rpc_sandbox(req, "get_status", args);
+	sb = rpc_sandbox(req, what, args);
 	if (sb != NULL && (sb->state == SB_RELEASED || sb->container_id == NULL))
 		reply_data(req, json_string(sb->state == SB_RELEASED ?
 		    "released" : "creating"));
 	else if (sb != NULL)
 		sd.backend->ops->status(sd.backend, sb->container_id, status_cb,
-		    rpc_new(req, "get_status", args));
-	json_decref(args);
+		    rpc_new(req, what, args));
 }
 
 static void
-route_get_info(struct http_request *req, void *arg)
+rpc_get_info(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb;
-	json_t *args;
 
-	(void)arg;
-	if ((args = rpc_args(req, "get_info")) == NULL)
-		return;
-	if ((sb = rpc_sandbox(req, "get_info", args)) != NULL)
+	if ((sb = rpc_sandbox(req, what, args)) != NULL)
 		reply_data(req, sandbox_model(sb));
-	json_decref(args);
 }
 
 static void
@@ -340,23 +374,18 @@ health_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 }
 
 static void
-route_check_health(struct http_request *req, void *arg)
+rpc_check_health(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb;
-	json_t *args;
 
-	(void)arg;
-	if ((args = rpc_args(req, "check_health")) == NULL)
-		return;
-	sb = rpc_sandbox(req, "check_health", args);
+	sb = rpc_sandbox(req, what, args);
 	if (sb != NULL && (sb->state == SB_RELEASED ||
 	    sb->state == SB_RELEASING || sb->state == SB_STOPPED ||
 	    sb->state == SB_CREATING))
 		reply_data(req, json_false());
 	else if (sb != NULL)
 		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
-		    rpc_new(req, "check_health", args));
-	json_decref(args);
+		    rpc_new(req, what, args));
 }
 
 static json_t *
@@ -392,9 +421,10 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	json_t *tools;
 	struct error e;
 
-	(void)sb;
 	if (err != NULL) {
-		sandboxd_reply_rpc_error(r->req, r->what, err);
+		e = *err;
+		error_prefix(&e, "the agent of %s", sb->name);
+		sandboxd_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
 	}
@@ -403,8 +433,8 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	if (status == 404 || (status == 200 && json_is_object(answer))) {
 		tools = status == 200 ? json_deep_copy(answer) : json_object();
 	} else {
-		error_set(&e, 502, "the agent answered HTTP %d to "
-		    "/mcp/list_tools", status);
+		error_set(&e, 502, "the agent of %s answered HTTP %d to "
+		    "/mcp/list_tools", sb->name, status);
 		sandboxd_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
@@ -421,25 +451,35 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	rpc_free(r);
 }
 
+/* The sandbox named by args.identity, if its agent takes calls; NULL
+ * after answering. */
+static struct sandbox *
+rpc_callable(struct http_request *req, const char *what, json_t *args)
+{
+	struct sandbox *sb;
+	struct error err;
+
+	if ((sb = rpc_sandbox(req, what, args)) == NULL)
+		return NULL;
+	if (sandbox_check_callable(sb, &err) < 0) {
+		sandboxd_reply_rpc_error(req, what, &err);
+		return NULL;
+	}
+	return sb;
+}
+
 static void
-route_list_tools(struct http_request *req, void *arg)
+rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb;
 	struct error err;
 	struct rpc *r;
-	json_t *args;
 
-	(void)arg;
-	if ((args = rpc_args(req, "list_tools")) == NULL)
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
-	if ((sb = rpc_sandbox(req, "list_tools", args)) == NULL) {
-		json_decref(args);
-		return;
-	}
-	r = rpc_new(req, "list_tools", args);
-	json_decref(args);
+	r = rpc_new(req, what, args);
 	if (json_get_string(r->args, "tool_type", 0, &r->tool_type, &err) < 0) {
-		sandboxd_reply_rpc_error(req, "list_tools", &err);
+		sandboxd_reply_rpc_error(req, what, &err);
 		rpc_free(r);
 		return;
 	}
@@ -447,39 +487,21 @@ route_list_tools(struct http_request *req, void *arg)
 	    tools_cb, r);
 }
 
-static int
-usable(struct http_request *req, const char *what, struct sandbox *sb)
-{
-	struct error err;
-
-	if (sb->state == SB_WARM || sb->state == SB_RUNNING ||
-	    sb->state == SB_UNHEALTHY)
-		return 1;
-	error_set(&err, 409, "sandbox %s is %s", sb->name,
-	    sandbox_state_name(sb->state));
-	sandboxd_reply_rpc_error(req, what, &err);
-	return 0;
-}
-
 static void
-route_call_tool(struct http_request *req, void *arg)
+rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 {
 	const char *tool;
 	struct sandbox *sb;
 	struct error err;
-	json_t *args, *arguments, *body;
+	json_t *arguments, *body;
 	char *target;
 
-	(void)arg;
-	if ((args = rpc_args(req, "call_tool")) == NULL)
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
-	if ((sb = rpc_sandbox(req, "call_tool", args)) == NULL ||
-	    !usable(req, "call_tool", sb))
-		goto out;
 	if (json_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
 	    json_get_object(args, "arguments", 0, &arguments, &err) < 0) {
-		sandboxd_reply_rpc_error(req, "call_tool", &err);
-		goto out;
+		sandboxd_reply_rpc_error(req, what, &err);
+		return;
 	}
 	if (strcmp(tool, "run_shell_command") == 0 ||
 	    strcmp(tool, "run_ipython_cell") == 0) {
@@ -490,72 +512,57 @@ route_call_tool(struct http_request *req, void *arg)
 		body = json_pack("{s:s,s:o}", "tool_name", tool, "arguments",
 		    arguments != NULL ? json_incref(arguments) : json_object());
 	}
-	agent_relay(req, sb, target, body, "call_tool");
+	agent_relay(req, sb, target, body, what);
 	free(target);
 	json_decref(body);
-out:
-	json_decref(args);
 }
 
 static void
-route_add_mcp_servers(struct http_request *req, void *arg)
+rpc_add_mcp_servers(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb;
 	struct error err;
-	json_t *args, *configs, *body;
+	json_t *configs, *body;
 	int overwrite;
 
-	(void)arg;
-	if ((args = rpc_args(req, "add_mcp_servers")) == NULL)
+	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
-	if ((sb = rpc_sandbox(req, "add_mcp_servers", args)) == NULL ||
-	    !usable(req, "add_mcp_servers", sb))
-		goto out;
 	if (json_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
 	    json_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {
-		sandboxd_reply_rpc_error(req, "add_mcp_servers", &err);
-		goto out;
+		sandboxd_reply_rpc_error(req, what, &err);
+		return;
 	}
 	body = json_pack("{s:O,s:b}", "server_configs", configs, "overwrite",
 	    overwrite);
-	agent_relay(req, sb, "/mcp/add_servers", body, "add_mcp_servers");
+	agent_relay(req, sb, "/mcp/add_servers", body, what);
 	json_decref(body);
-out:
-	json_decref(args);
 }
 
 static void
-route_get_session_mapping(struct http_request *req, void *arg)
+rpc_get_session_mapping(struct http_request *req, const char *what,
+    json_t *args)
 {
 	const char *session;
 	struct error err;
-	json_t *args;
+	json_t *names;
 
-	(void)arg;
-	if ((args = rpc_args(req, "get_session_mapping")) == NULL)
-		return;
 	if (json_get_string(args, "session_ctx_id", 1, &session, &err) < 0) {
-		sandboxd_reply_rpc_error(req, "get_session_mapping", &err);
-	} else {
-		json_t *names = sessions_mapping(session);
-
-		if (json_array_size(names) > 0)
-			sessions_touch(session);
-		reply_data(req, names);
+		sandboxd_reply_rpc_error(req, what, &err);
+		return;
 	}
-	json_decref(args);
+	names = sessions_mapping(session);
+	if (json_array_size(names) > 0)
+		sessions_touch(session);
+	reply_data(req, names);
 }
 
 static void
-route_list_session_keys(struct http_request *req, void *arg)
+rpc_list_session_keys(struct http_request *req, const char *what,
+    json_t *args)
 {
-	json_t *args;
-
-	(void)arg;
-	if ((args = rpc_args(req, "list_session_keys")) == NULL)
-		return;
+	(void)what;
+	(void)args;
 	reply_data(req, sessions_keys());
-	json_decref(args);
 }
 
 static void
@@ -572,17 +579,12 @@ cleaned_cb(struct sandbox *sb, const struct error *err, void *arg)
 }
 
 static void
-route_cleanup(struct http_request *req, void *arg)
+rpc_cleanup(struct http_request *req, const char *what, json_t *args)
 {
 	struct sandbox *sb, *next;
 	struct rpc *r;
-	json_t *args;
 
-	(void)arg;
-	if ((args = rpc_args(req, "cleanup")) == NULL)
-		return;
-	r = rpc_new(req, "cleanup", args);
-	json_decref(args);
+	r = rpc_new(req, what, args);
 	/* One extra count, dropped below, so early answers cannot end it. */
 	r->pending = 1;
 	for (sb = sandbox_first(); sb != NULL; sb = next) {
@@ -600,31 +602,95 @@ route_cleanup(struct http_request *req, void *arg)
 #define PROXY_METHODS (HTTP_METHOD_GET | HTTP_METHOD_POST | HTTP_METHOD_PUT | \
     HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
 #define EXACT HTTP_MATCH_EXACT
+#define ASYNC_SUFFIX "_async"
 
-static const struct http_route routes[] = {
-	{ HTTP_METHOD_GET, "/health", EXACT, HTTP_ROUTE_NO_AUTH, route_health, 0 },
-	{ POST, "/create_from_pool", EXACT, 0, route_create_from_pool, 0 },
-	{ POST, "/create", EXACT, 0, route_create, 0 },
-	{ POST, "/release", EXACT, 0, route_release, 0 },
-	{ POST, "/start", EXACT, 0, route_start, 0 },
-	{ POST, "/stop", EXACT, 0, route_stop, 0 },
-	{ GETPOST, "/get_status", EXACT, 0, route_get_status, 0 },
-	{ GETPOST, "/get_info", EXACT, 0, route_get_info, 0 },
-	{ GETPOST, "/check_health", EXACT, 0, route_check_health, 0 },
-	{ GETPOST, "/list_tools", EXACT, 0, route_list_tools, 0 },
-	{ POST, "/call_tool", EXACT, 0, route_call_tool, 0 },
-	{ POST, "/add_mcp_servers", EXACT, 0, route_add_mcp_servers, 0 },
-	{ GETPOST, "/get_session_mapping", EXACT, 0, route_get_session_mapping,
-	    0 },
-	{ GETPOST, "/list_session_keys", EXACT, 0, route_list_session_keys, 0 },
-	{ POST, "/cleanup", EXACT, 0, route_cleanup, 0 },
-	{ PROXY_METHODS, "/proxy/", HTTP_MATCH_PREFIX,
-	    HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH, proxy_route, 0 },
+/* The manager's methods, in the order of spec section 2. */
+static const struct rpc_method methods[] = {
+	{ "create_from_pool", POST, rpc_create_from_pool,
+	    { "sandbox_type", "meta" } },
+	{ "create", POST, rpc_create, { "sandbox_type", "mount_dir" } },
+	{ "release", POST, rpc_release, { "identity", NULL } },
+	{ "start", POST, rpc_start, { "identity", NULL } },
+	{ "stop", POST, rpc_stop, { "identity", NULL } },
+	{ "get_status", GETPOST, rpc_get_status, { "identity", NULL } },
+	{ "get_info", GETPOST, rpc_get_info, { "identity", NULL } },
+	{ "check_health", GETPOST, rpc_check_health, { "identity", NULL } },
+	{ "list_tools", GETPOST, rpc_list_tools, { "identity", "tool_type" } },
+	{ "call_tool", POST, rpc_call_tool, { "identity", "tool_name" } },
+	{ "add_mcp_servers", POST, rpc_add_mcp_servers,
+	    { "identity", "server_configs" } },
+	{ "get_session_mapping", GETPOST, rpc_get_session_mapping,
+	    { "session_ctx_id", NULL } },
+	{ "list_session_keys", GETPOST, rpc_list_session_keys, { NULL, NULL } },
+	{ "cleanup", POST, rpc_cleanup, { NULL, NULL } },
 };
+
+#define NMETHODS (sizeof methods / sizeof methods[0])
+
+/* The method a route path names: "/<name>" or "/<name>_async". */
+static const struct rpc_method *
+method_of(const char *path, int *is_async)
+{
+	size_t len, slen = strlen(ASYNC_SUFFIX);
+
+	if (*path++ != '/')
+		return NULL;
+	for (size_t i = 0; i < NMETHODS; i++) {
+		len = strlen(methods[i].name);
+		if (strncmp(path, methods[i].name, len) != 0)
+			continue;
+		*is_async = path[len] != '\0';
+		if (!*is_async || (strncmp(path + len, ASYNC_SUFFIX, slen) == 0 &&
+		    path[len + slen] == '\0'))
+			return &methods[i];
+	}
+	return NULL;
+}
+
+/* Every manager route: validate the arguments, then the method's own
+ * handler (which borrows them). */
+static void
+route_rpc(struct http_request *req, void *arg)
+{
+	const char *what = http_request_path(req) + 1;
+	const struct rpc_method *m;
+	int is_async = 0;
+	json_t *args;
+
+	(void)arg;
+	/* The router matched one of the paths routes[] holds. */
+	if ((m = method_of(http_request_path(req), &is_async)) == NULL)
+		fatal("no manager method for %s", http_request_path(req));
+	if ((args = rpc_args(req, m, is_async, what)) == NULL)
+		return;
+	m->handler(req, what, args);
+	json_decref(args);
+}
+
+/* /health, each method twice, /proxy/. */
+static struct http_route routes[2 + 2 * NMETHODS];
+/* "/<name>" and "/<name>_async" of each method. */
+static char paths[NMETHODS][2][48];
 
 const struct http_route *
 api_agentscope_routes(size_t *n)
 {
-	*n = sizeof routes / sizeof routes[0];
+	size_t k = 0;
+
+	routes[k++] = (struct http_route){ HTTP_METHOD_GET, "/health", EXACT,
+	    HTTP_ROUTE_NO_AUTH, route_health, 0 };
+	for (size_t i = 0; i < NMETHODS; i++) {
+		snprintf(paths[i][0], sizeof paths[i][0], "/%s",
+		    methods[i].name);
+		snprintf(paths[i][1], sizeof paths[i][1], "/%s" ASYNC_SUFFIX,
+		    methods[i].name);
+		for (size_t j = 0; j < 2; j++)
+			routes[k++] = (struct http_route){ methods[i].methods,
+			    paths[i][j], EXACT, 0, route_rpc, 0 };
+	}
+	routes[k++] = (struct http_route){ PROXY_METHODS, "/proxy/",
+	    HTTP_MATCH_PREFIX, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH,
+	    proxy_route, 0 };
+	*n = k;
 	return routes;
 }

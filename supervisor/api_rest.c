@@ -36,7 +36,7 @@ created_cb(struct sandbox *sb, const struct error *err, void *arg)
 	struct http_request *req = arg;
 
 	if (err != NULL)
-		http_reply_err(req, err);
+		sandboxd_reply_error(req, err);
 	else
 		http_reply_json(req, 201, sandbox_model(sb));
 }
@@ -53,7 +53,7 @@ route_create(struct http_request *req, void *arg)
 
 	(void)arg;
 	if ((args = http_request_json(req, &err)) == NULL) {
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		return;
 	}
 	if (api_parse_create(args, &creq, json_object_get(args, "type") ?
@@ -77,7 +77,7 @@ route_create(struct http_request *req, void *arg)
 	json_decref(args);
 	return;
 fail:
-	http_reply_err(req, &err);
+	sandboxd_reply_error(req, &err);
 	json_decref(args);
 }
 
@@ -120,7 +120,7 @@ released_cb(struct sandbox *sb, const struct error *err, void *arg)
 	struct http_request *req = arg;
 
 	if (err != NULL)
-		http_reply_err(req, err);
+		sandboxd_reply_error(req, err);
 	else
 		http_reply_json(req, 200, sandbox_model(sb));
 }
@@ -196,7 +196,7 @@ connect_finish(struct connect *c)
 			if (sb != NULL)
 				lifecycle_release(sb, NULL, NULL);
 		}
-		http_reply_err(c->req, &c->err);
+		sandboxd_reply_error(c->req, &c->err);
 	} else {
 		for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
 			if (sb->session != NULL && strcmp(sb->session,
@@ -289,13 +289,13 @@ route_connect(struct http_request *req, void *arg)
 
 	(void)arg;
 	if ((args = http_request_json(req, &err)) == NULL) {
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		return;
 	}
 	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
 	    json_get_string(args, "user_id", 0, &user_id, &err) < 0 ||
 	    wanted_types(args, &types, &err) < 0) {
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		goto out;
 	}
 	c = xcalloc(1, sizeof *c);
@@ -356,7 +356,7 @@ session_released_cb(struct sandbox *sb, const struct error *err, void *arg)
 	if (--r->pending > 0)
 		return;
 	if (r->failed)
-		http_reply_err(r->req, &r->err);
+		sandboxd_reply_error(r->req, &r->err);
 	else
 		http_reply_json(r->req, 200, json_pack("{s:s,s:O}",
 		    "session_ctx_id", r->session, "released", r->names));
@@ -376,12 +376,12 @@ route_session_release(struct http_request *req, void *arg)
 
 	(void)arg;
 	if ((args = http_request_json(req, &err)) == NULL) {
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		return;
 	}
 	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
 	    json_get_string(args, "user_id", 0, &user_id, &err) < 0) {
-		http_reply_err(req, &err);
+		sandboxd_reply_error(req, &err);
 		json_decref(args);
 		return;
 	}

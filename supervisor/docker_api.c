@@ -123,10 +123,13 @@ json_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 		error_prefix(&e, "docker: %s: cannot reach the Docker daemon",
 		    c->what);
 		c->done(NULL, &e, c->arg);
-	} else if (status < 200 || status > 299) {
+	} else if ((status < 200 || status > 299) && status != 304) {
 		answer_error(&e, status, answer, c->what);
 		c->done(NULL, &e, c->arg);
 	} else {
+		/* 304 Not Modified is the daemon's answer to starting a
+		 * running container or stopping a stopped one: it is as
+		 * asked. */
 		c->done(answer, NULL, c->arg);
 	}
 	call_end(c);

@@ -29,6 +29,7 @@ void docker_free(struct docker *d);
 /* POST /containers/create?name=NAME with body (borrowed). */
 void docker_container_create(struct docker *d, const char *name, json_t *body,
     docker_cb done, void *arg);
+/* Starting a running container and stopping a stopped one succeed. */
 void docker_container_start(struct docker *d, const char *id, docker_cb done,
     void *arg);
 void docker_container_stop(struct docker *d, const char *id, int seconds,

@@ -51,7 +51,10 @@ probe_done_cb(struct http_client_request *r, const struct error *err,
 	int ok = 0;
 
 	if (err != NULL) {
-		snprintf(why, sizeof why, "%s", err->msg);
+		struct error e = *err;
+
+		redact_error(&e, p->sb->agent_addr);
+		snprintf(why, sizeof why, "%s", e.msg);
 	} else if (http_client_status(r) != 200) {
 		snprintf(why, sizeof why, "/healthz answered HTTP %d",
 		    http_client_status(r));
@@ -89,6 +92,7 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 	cb.on_done = probe_done_cb;
 	sandbox_ref(sb);
 	if (http_client_start(sd.base, &opts, &cb, p, &err) == NULL) {
+		redact_error(&err, sb->agent_addr);
 		done(sb, 0, err.msg, arg);
 		sandbox_unref(sb);
 		free(p->auth);

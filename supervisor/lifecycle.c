@@ -170,7 +170,10 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 		if (op->kind == OP_CREATE) {
 			create_succeeded(op);
 		} else {
-			sandbox_set_state(op->sb, SB_RUNNING);
+			/* A start of a warm one (already running) leaves it
+			 * in its pool. */
+			sandbox_set_state(op->sb, op->prev_state == SB_WARM ?
+			    SB_WARM : SB_RUNNING);
 			op->done(op->sb, NULL, op->arg);
 			op_end(op);
 		}

@@ -6,6 +6,11 @@
  * side (the client is not read while the agent lags, the agent is not read
  * while the client lags), so a 1 GiB upload costs a megabyte or two here.
  *
+ * A tool call (a POST to an agent route that takes a "timeout") of up to
+ * PROXY_HOLD_MAX is read whole first, so that the agent is given as long
+ * as the call asks for (agent_call_timeout); a larger or chunked one is
+ * streamed and given the agent's longest.
+ *
  * Auth: the route carries no server-side auth; here either sandboxd's
  * BEARER_TOKEN or the sandbox's own runtime_token lets a request through,
  * which is what makes a sandbox without network reachable by url.
@@ -24,6 +29,7 @@
 #include "xmalloc.h"
 
 #define PROXY_HIGH_WATER (1024 * 1024)
+#define PROXY_HOLD_MAX (1024 * 1024)
 
 /* One proxied exchange. Freed when the reply to the client is finished
  * (which also ends the server's callbacks) and the agent's request is over. */
@@ -31,7 +37,10 @@ struct proxy {
 	struct http_request *req;
 	struct http_client_request *up;
 	char *sb_name;
+	char *agent_addr;	/* left out of messages */
+	char *target;
 	char **headers;		/* "Name: value", NULL-terminated */
+	struct evbuffer *held;	/* a tool call's body, read whole first */
 	int replying;		/* the agent's head has been passed on */
 	int body_paused;
 };
@@ -77,6 +86,10 @@ proxy_free(struct proxy *p)
 		free(p->headers[i]);
 	free(p->headers);
 	free(p->sb_name);
+	free(p->agent_addr);
+	free(p->target);
+	if (p->held != NULL)
+		evbuffer_free(p->held);
 	free(p);
 }
 
@@ -84,9 +97,20 @@ static void
 head_cb(struct http_client_request *r, int status, void *arg)
 {
 	struct proxy *p = arg;
-	const char *ct = NULL, *name, *value, *cl;
-	int64_t len = -1;
+	const char *ct = NULL, *name, *value;
+	struct error e;
+	int64_t len;
 
+	if (agent_answer_length(r, INT64_MAX, &len) < 0) {
+		error_set(&e, 502, "proxy to %s: the agent announced an answer "
+		    "of %.40s bytes", p->sb_name,
+		    http_client_header(r, "Content-Length"));
+		http_client_cancel(r);
+		p->up = NULL;
+		sandboxd_reply_error(p->req, &e);
+		proxy_free(p);
+		return;
+	}
 	for (size_t i = 0; i < http_client_header_count(r); i++) {
 		http_client_header_at(r, i, &name, &value);
 		if (strcasecmp(name, "Content-Type") == 0)
@@ -94,14 +118,6 @@ head_cb(struct http_client_request *r, int status, void *arg)
 		else if (!skip_header(name) && strcasecmp(name, "Server") != 0 &&
 		    strcasecmp(name, "Date") != 0)
 			http_reply_add_header(p->req, name, value);
-	}
-	cl = http_client_header(r, "Content-Length");
-	if (cl != NULL && http_client_header(r, "Transfer-Encoding") == NULL) {
-		char *end;
-		long long n = strtoll(cl, &end, 10);
-
-		if (*end == '\0' && n >= 0)
-			len = (int64_t)n;
 	}
 	p->replying = 1;
 	http_reply_start(p->req, status, ct, len);
@@ -141,8 +157,9 @@ done_cb(struct http_client_request *r, const struct error *err, void *arg)
 			e = *err;
 		else
 			error_set(&e, 502, "no answer");
+		redact_error(&e, p->agent_addr);
 		error_prefix(&e, "proxy to %s", p->sb_name);
-		http_reply_err(p->req, &e);
+		sandboxd_reply_error(p->req, &e);
 	} else if (err != NULL) {
 		log_warn("proxy to %s: %s", p->sb_name, err->msg);
 		http_reply_abort(p->req);
@@ -206,44 +223,90 @@ client_gone_cb(struct http_request *req, void *arg)
 	proxy_free(p);
 }
 
+/* Send the request on: with body (copied) or, when stream, a body the
+ * client's piece by piece (stream_len, -1 chunked); none when neither. */
 static int
-usable(struct http_request *req, struct sandbox *sb)
+start_upstream(struct proxy *p, const void *body, size_t body_len, int stream,
+    int64_t stream_len, double timeout)
 {
-	switch (sb->state) {
-	case SB_WARM:
-	case SB_RUNNING:
-	case SB_UNHEALTHY:
-		return 1;
-	case SB_RELEASED:
-	case SB_RELEASING:
-		http_reply_error(req, 409, "sandbox %s is released", sb->name);
-		return 0;
-	default:
-		http_reply_error(req, 409, "sandbox %s is %s", sb->name,
-		    sandbox_state_name(sb->state));
-		return 0;
+	struct http_client_options opts = { 0 };
+	struct http_client_callbacks cb = { 0 };
+	struct error err;
+
+	opts.addr = p->agent_addr;
+	opts.method = http_request_method_name(p->req);
+	opts.target = p->target;
+	opts.headers = (const char *const *)p->headers;
+	opts.timeout = timeout;
+	opts.body = body;
+	opts.body_len = body_len;
+	opts.stream_body = stream;
+	opts.body_length = stream_len;
+	cb.on_head = head_cb;
+	cb.on_body = answer_body_cb;
+	cb.on_done = done_cb;
+	cb.on_drain = upload_drain_cb;
+	p->up = http_client_start(sd.base, &opts, &cb, p, &err);
+	if (p->up == NULL) {
+		redact_error(&err, p->agent_addr);
+		error_prefix(&err, "proxy to %s", p->sb_name);
+		sandboxd_reply_error(p->req, &err);
+		proxy_free(p);
+		return -1;
 	}
+	return 0;
+}
+
+static int
+held_body_cb(struct http_request *req, const char *data, size_t len,
+    void *arg)
+{
+	struct proxy *p = arg;
+
+	(void)req;
+	evbuffer_add(p->held, data, len);
+	return 0;
+}
+
+static void
+held_end_cb(struct http_request *req, void *arg)
+{
+	struct proxy *p = arg;
+	size_t len = evbuffer_get_length(p->held);
+	const char *body = (const char *)evbuffer_pullup(p->held, -1);
+	json_t *j = json_loadb(body, len, 0, NULL);
+	double timeout;
+
+	(void)req;
+	/* Not JSON: the agent refuses it at once. */
+	if (j == NULL)
+		j = json_object();
+	timeout = agent_call_timeout(p->target, j);
+	json_decref(j);
+	start_upstream(p, body != NULL ? body : "", len, 0, 0, timeout);
 }
 
 void
 proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target)
 {
-	struct http_client_options opts = { 0 };
-	struct http_client_callbacks cb = { 0 };
 	struct proxy *p;
 	size_t n = 0, nh = http_request_header_count(req);
 	int64_t clen = http_request_content_length(req);
 	int has_body;
 	struct error err;
 
-	if (!usable(req, sb))
+	if (sandbox_check_callable(sb, &err) < 0) {
+		sandboxd_reply_error(req, &err);
 		return;
+	}
 	sessions_touch_sandbox(sb);
 	metrics_count(M_PROXIED, sb->type_name);
 	p = xcalloc(1, sizeof *p);
 	p->req = req;
 	p->sb_name = xstrdup(sb->name);
+	p->agent_addr = xstrdup(sb->agent_addr);
+	p->target = xstrdup(target);
 	p->headers = xcalloc(nh + 2, sizeof *p->headers);
 	for (size_t i = 0; i < nh; i++) {
 		const char *name, *value;
@@ -253,36 +316,22 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 			p->headers[n++] = xasprintf("%s: %s", name, value);
 	}
 	p->headers[n++] = xasprintf("Authorization: Bearer %s", sb->token);
+	http_request_on_close(req, client_gone_cb, p);
+	http_request_on_drain(req, reply_drain_cb, p);
 
 	has_body = clen > 0 ||
 	    http_request_header(req, "Transfer-Encoding") != NULL;
-	opts.addr = sb->agent_addr;
-	opts.method = http_request_method_name(req);
-	opts.target = target;
-	opts.headers = (const char *const *)p->headers;
-	opts.timeout = sd.cfg.proxy_timeout;
-	if (has_body) {
-		opts.stream_body = 1;
-		opts.body_length = clen > 0 ? clen : -1;
-	} else if (clen == 0) {
-		opts.body = "";
-		opts.body_len = 0;
-	}
-	cb.on_head = head_cb;
-	cb.on_body = answer_body_cb;
-	cb.on_done = done_cb;
-	cb.on_drain = upload_drain_cb;
-	p->up = http_client_start(sd.base, &opts, &cb, p, &err);
-	if (p->up == NULL) {
-		error_prefix(&err, "proxy to %s", sb->name);
-		http_reply_err(req, &err);
-		proxy_free(p);
-		return;
-	}
-	http_request_on_close(req, client_gone_cb, p);
-	http_request_on_drain(req, reply_drain_cb, p);
-	if (has_body)
+	if (!has_body) {
+		start_upstream(p, clen == 0 ? "" : NULL, 0, 0, 0,
+		    sd.cfg.proxy_timeout);
+	} else if (http_request_method(req) == HTTP_METHOD_POST &&
+	    clen > 0 && clen <= PROXY_HOLD_MAX && agent_takes_timeout(target)) {
+		p->held = evbuffer_new();
+		http_request_on_body(req, held_body_cb, held_end_cb, p);
+	} else if (start_upstream(p, NULL, 0, 1, clen > 0 ? clen : -1,
+	    agent_call_timeout(target, NULL)) == 0) {
 		http_request_on_body(req, request_body_cb, request_end_cb, p);
+	}
 }
 
 /* GET|POST|PUT|DELETE|PATCH /proxy/{identity}/{path} */

@@ -6,6 +6,7 @@
 #include "sandboxd.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -207,15 +208,43 @@ sandbox_set_state(struct sandbox *sb, enum sandbox_state state)
 	state_dirty();
 }
 
+int
+sandbox_check_callable(const struct sandbox *sb, struct error *err)
+{
+	switch (sb->state) {
+	case SB_WARM:
+	case SB_RUNNING:
+	case SB_UNHEALTHY:
+		return 0;
+	case SB_STOPPED:
+		error_set(err, 409, "sandbox %s is stopped; start it to use it "
+		    "again", sb->name);
+		break;
+	case SB_CREATING:
+		error_set(err, 409, "sandbox %s is still being created",
+		    sb->name);
+		break;
+	case SB_RELEASING:
+	case SB_RELEASED:
+		error_set(err, 409, "sandbox %s is released", sb->name);
+		break;
+	}
+	return -1;
+}
+
 void
 sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
 {
+	char msg[ERROR_MSG_MAX];
 	va_list ap;
 
-	free(sb->last_error);
 	va_start(ap, fmt);
-	sb->last_error = xvasprintf(fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	/* get_info shows it. */
+	redact_text(msg, sizeof msg);
+	free(sb->last_error);
+	sb->last_error = xstrdup(msg);
 }
 
 void

@@ -140,6 +140,7 @@ int types_load_file(const char *path, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
 int types_load_json(json_t *root, const char *source, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
+/* By name; "<name>_async", as the SDK's async classes say, is <name>. */
 const struct sandbox_type *types_find(const char *name);
 /* The type offering tool_name, or NULL. */
 const struct sandbox_type *types_for_tool(const char *tool_name);
@@ -220,6 +221,9 @@ struct sandbox {
 TAILQ_HEAD(sandbox_list, sandbox);
 
 const char *sandbox_state_name(enum sandbox_state state);
+/* Whether sb's agent takes calls (warm, running or unhealthy): 0, or -1
+ * with err (409) saying why not, the same for every route. */
+int sandbox_check_callable(const struct sandbox *sb, struct error *err);
 /* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
 int sandbox_state_live(enum sandbox_state state);
 /* A new record (CREATING), listed. Holds the list's reference. */
@@ -373,6 +377,19 @@ typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
 void agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
+/* Whether the agent's route at target (query and /fastapi aside) takes a
+ * "timeout" for the call: commands, IPython cells, MCP tool calls. */
+int agent_takes_timeout(const char *target);
+/* Seconds a call to the agent's target may go without progress: the
+ * call's own "timeout" plus a margin where the route takes one, never less
+ * than SANDBOXD_PROXY_TIMEOUT; body NULL: not seen (the agent's longest). */
+double agent_call_timeout(const char *target, json_t *body);
+/* The Content-Length of an agent's answer: -1 when it has none (chunked
+ * or until close); -1 also as the return value when it is not a number
+ * of at most max bytes. */
+struct http_client_request;
+int agent_answer_length(struct http_client_request *r, int64_t max,
+    int64_t *len);
 /* Forward a JSON body to the agent and answer req with {"data": <the
  * agent's answer>}, streamed; agent errors become "Error in <what>: ...". */
 void agent_relay(struct http_request *req, struct sandbox *sb,
@@ -409,6 +426,15 @@ void metrics_count(enum metric_counter c, const char *type_name);
 void metrics_create_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
 void metrics_free(void);
+
+/* redact.c: host paths out of what clients read. */
+/* The directories sandboxd was given, in buf, named by their settings. */
+void redact_text(char *buf, size_t size);
+/* The same in err, and an agent's address (may be NULL) as "the agent's
+ * socket". */
+void redact_error(struct error *err, const char *agent_addr);
+/* http_reply_err for what clients read: redacted. */
+void sandboxd_reply_error(struct http_request *req, const struct error *err);
 
 /* main.c: the process-wide state. */
 struct sandboxd {

@@ -3,12 +3,15 @@
  * containers), a lock so two supervisors never share it, and state.json with
  * the records of live sandboxes and the sessions' last activity, so a
  * restarted sandboxd can take its sandboxes back. Writes are coalesced (one
- * per burst of changes) and atomic (write a temporary file, rename).
+ * per burst of changes), atomic (write a temporary file, rename) and
+ * durable (the file is synced before the rename, its directory after), so
+ * a power cut leaves the old file or the new one, never an empty one.
  */
 #include "sandboxd.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -34,6 +37,54 @@ state_instance(void)
 	return instance;
 }
 
+/* Replace path by data: written beside it, synced, renamed over it, the
+ * directory synced. -1 with errno. */
+static int
+replace_durably(const char *path, const char *data, size_t len)
+{
+	char *tmp = xasprintf("%s.tmp", path);
+	char *dir = xstrdup(path);
+	int fd, rc = -1, saved;
+	size_t off = 0;
+	ssize_t n;
+
+	*strrchr(dir, '/') = '\0';
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto out;
+	while (off < len) {
+		if ((n = write(fd, data + off, len - off)) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		off += (size_t)n;
+	}
+	if (off < len || fsync(fd) < 0) {
+		saved = errno;
+		close(fd);
+		errno = saved;
+		goto out;
+	}
+	if (close(fd) < 0 || rename(tmp, path) < 0)
+		goto out;
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		goto out;
+	rc = fsync(fd);
+	saved = errno;
+	close(fd);
+	errno = saved;
+out:
+	if (rc < 0) {
+		saved = errno;
+		unlink(tmp);
+		errno = saved;
+	}
+	free(tmp);
+	free(dir);
+	return rc;
+}
+
 static int
 read_instance(const char *dir, struct error *err)
 {
@@ -56,15 +107,13 @@ read_instance(const char *dir, struct error *err)
 		}
 	}
 	token_random_hex(instance);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || write(fd, instance, 32) != 32 || write(fd, "\n", 1) != 1) {
+	/* Lost, it would orphan every container labelled with it. */
+	snprintf(buf, sizeof buf, "%s\n", instance);
+	if (replace_durably(path, buf, strlen(buf)) < 0) {
 		error_set_errno(err, 500, errno, "cannot write %s", path);
-		if (fd >= 0)
-			close(fd);
 		free(path);
 		return -1;
 	}
-	close(fd);
 	free(path);
 	return 0;
 }
@@ -105,8 +154,7 @@ state_flush(void)
 {
 	json_t *root, *list = json_array();
 	struct sandbox *sb;
-	char *tmp;
-	int fd, ok;
+	char *text;
 
 	if (state_path == NULL)
 		return;
@@ -119,17 +167,13 @@ state_flush(void)
 	}
 	root = json_pack("{s:i,s:s,s:o,s:o}", "version", 1, "instance",
 	    instance, "sandboxes", list, "sessions", sessions_save());
-	tmp = xasprintf("%s.tmp", state_path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	ok = fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0;
-	if (fd >= 0)
-		ok &= close(fd) == 0;
-	if (!ok || rename(tmp, state_path) < 0) {
+	text = json_dumps(root, JSON_COMPACT);
+	if (text == NULL)
+		fatal("cannot serialise the state");
+	if (replace_durably(state_path, text, strlen(text)) < 0)
 		log_error("cannot write the state file %s: %s", state_path,
 		    strerror(errno));
-		unlink(tmp);
-	}
-	free(tmp);
+	free(text);
 	json_decref(root);
 }
 

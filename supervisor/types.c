@@ -128,10 +128,29 @@ find(const char *name)
 	return NULL;
 }
 
+/* The SDK's async sandbox classes ask for "<type>_async"
+ * (SandboxType.BASE_ASYNC and its kin): the same image and tools as
+ * <type>, unless a type of that very name is defined. */
+#define ASYNC_SUFFIX "_async"
+
 const struct sandbox_type *
 types_find(const char *name)
 {
-	return name != NULL ? find(name) : NULL;
+	const struct sandbox_type *t;
+	size_t len, slen = strlen(ASYNC_SUFFIX);
+	char *base;
+
+	if (name == NULL)
+		return NULL;
+	if ((t = find(name)) != NULL)
+		return t;
+	len = strlen(name);
+	if (len <= slen || strcmp(name + len - slen, ASYNC_SUFFIX) != 0)
+		return NULL;
+	base = xstrndup(name, len - slen);
+	t = find(base);
+	free(base);
+	return t;
 }
 
 const struct sandbox_type *

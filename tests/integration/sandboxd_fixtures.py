@@ -63,6 +63,16 @@ def minimal_tag():
     return tag
 
 
+@pytest.fixture(scope="session")
+def base_tag(minimal_tag):
+    """The base image (Python and IPython) of this tree's agent, under the
+    minimal image's tag so that one sandboxd serves both. Its Debian
+    layers come from Docker's build cache after the first build."""
+    subprocess.run([BUILD_IMAGE, "--tag", minimal_tag, "base"], check=True,
+                   timeout=1800)
+    return minimal_tag
+
+
 class Sandboxd:
     """A running sandboxd on 127.0.0.1 with its own state directory."""
 

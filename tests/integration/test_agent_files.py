@@ -740,8 +740,9 @@ def test_every_route_needs_the_token(agent):
 
 def test_stale_upload_files_are_swept_at_start(start_agent, tmp_workspace):
     """Hidden files an agent that died mid-upload left behind go when the
-    next agent starts: only ours (the exact name pattern, regular files,
-    older than the agent), only beneath the workspace root."""
+    next agent starts: only ours (the exact name pattern, regular files or
+    root-only staging directories, older than the agent), only beneath the
+    workspace root."""
     ws = tmp_workspace
     old = time.time() - 3600
 
@@ -753,6 +754,12 @@ def test_stale_upload_files_are_swept_at_start(start_agent, tmp_workspace):
 
     stale = [make(".sandbox-upload-0123456789abcdef"),
              make("deep/er/.sandbox-upload-fedcba9876543210")]
+    # A batch's private staging directory (ours: mode 0700), and in it.
+    stage = os.path.join(ws, "deep", ".sandbox-upload-4444444444444444")
+    stale.append(make(os.path.join(stage, ".sandbox-upload-5555555555555555")))
+    os.chmod(stage, 0o700)
+    os.utime(stage, (old, old))
+    stale.append(stage)
     kept = [make(name) for name in (
         ".sandbox-upload-0123456789ABCDEF", ".sandbox-upload-0123456789abcde",
         ".sandbox-upload-0123456789abcdef0", "sandbox-upload-0123456789abcdef",
@@ -770,7 +777,7 @@ def test_stale_upload_files_are_swept_at_start(start_agent, tmp_workspace):
     os.symlink(outside, os.path.join(ws, "linked"))
 
     a = start_agent()
-    wait_for(lambda: "removed 2 stale upload files" in a.read_log(),
+    wait_for(lambda: "removed 3 stale upload files" in a.read_log(),
              what="the sweep")
     assert [p for p in stale if os.path.lexists(p)] == []
     assert [p for p in kept if not os.path.lexists(p)] == []

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from sandboxd_fixtures import (minimal_tag, sandboxd, start_sandboxd,  # noqa: F401
-                               wait_until)
+from sandboxd_fixtures import (docker, minimal_tag, sandboxd,  # noqa: F401
+                               scratch, start_sandboxd, wait_until)
 
 MODEL_KEYS = {"session_id", "container_id", "container_name", "url", "ports",
               "mount_dir", "storage_path", "runtime_token", "version", "meta",
@@ -166,6 +166,119 @@ def test_stop_and_start(sandboxd):
     assert s.rpc("start", identity=name) is True
     assert s.rpc("get_status", identity=name) == "running"
     assert s.shell(name, "cat /workspace/k")["stdout"] == "kept\n"
+
+
+def test_start_a_running_one_and_stop_a_stopped_one(sandboxd):
+    """Docker says 304 (nothing to do) to both: the sandbox is as asked."""
+    s = sandboxd
+    name = s.create()
+    for method in ("start", "start_async"):
+        assert s.post("/" + method, {"identity": name}).json() == {"data": True}
+    assert s.rpc("get_info", identity=name)["state"] == "running"
+    assert s.shell(name, "echo still")["stdout"] == "still\n"
+    assert s.rpc("stop", identity=name) is True
+    for method in ("stop", "stop_async"):
+        assert s.post("/" + method, {"identity": name}).json() == {"data": True}
+    assert s.rpc("get_info", identity=name)["state"] == "stopped"
+    # A warm one stays in its pool.
+    p = s.rpc("create_from_pool", sandbox_type="minimal")
+    assert s.rpc("start", identity=p) is True
+
+
+def test_a_stopped_sandbox_answers_alike_everywhere(start_sandboxd):
+    s = start_sandboxd(token="tok")
+    name = s.create()
+    assert s.rpc("stop", identity=name) is True
+    want = f"sandbox {name} is stopped; start it to use it again"
+    calls = {
+        "call_tool": {"tool_name": "run_shell_command",
+                      "arguments": {"command": "true"}},
+        "list_tools": {},
+        "add_mcp_servers": {"server_configs": {"mcpServers": {}}},
+    }
+    for method, extra in calls.items():
+        for route in (method, method + "_async"):
+            r = s.post("/" + route, {"identity": name, **extra})
+            assert r.status_code == 409, (route, r.text)
+            assert r.json() == {"detail": f"Error in {route}: {want}"}
+    for path in (f"/proxy/{name}/tools/run_shell_command",
+                 f"/v1/sandboxes/{name}/agent/tools/run_shell_command"):
+        r = s.post(path, {"command": "true"})
+        assert r.status_code == 409, (path, r.text)
+        assert r.json() == {"detail": want}
+    # What still works: its record, its status, starting, releasing.
+    assert s.rpc("get_info", identity=name)["state"] == "stopped"
+    assert s.rpc("get_status", identity=name) == "exited"
+    assert s.rpc("check_health", identity=name) is False
+    assert s.rpc("start", identity=name) is True
+    assert s.shell(name, "echo back")["stdout"] == "back\n"
+    assert s.rpc("release", identity=name) is True
+    r = s.post("/list_tools", {"identity": name})
+    assert r.status_code == 409
+    assert r.json() == {"detail": f"Error in list_tools: sandbox {name} "
+                        "is released"}
+
+
+def test_no_host_paths_in_what_clients_read(start_sandboxd, scratch):
+    """A sandbox whose agent went away under sandboxd (its container
+    stopped behind its back): the answers say so without the socket's
+    path, nor any other directory of the host."""
+    s = start_sandboxd(env={"SANDBOXD_HEALTH_INTERVAL": "3600"})
+    name = s.create()
+    info = s.rpc("get_info", identity=name)
+    docker("rm", "-f", info["container_id"])
+    answers = [
+        s.post("/list_tools", {"identity": name}),
+        s.post("/call_tool", {"identity": name,
+                              "tool_name": "run_shell_command",
+                              "arguments": {"command": "true"}}),
+        s.post(f"/proxy/{name}/tools/run_shell_command", {"command": "true"}),
+        s.post("/start", {"identity": name}),
+        # mount_dir outside what may be mounted names the setting.
+        s.post("/create", {"sandbox_type": "minimal",
+                           "mount_dir": scratch("sbxd-outside-")}),
+    ]
+    for r in answers[:3]:
+        assert r.status_code == 502, r.text
+        assert "the agent's socket" in r.json()["detail"], r.text
+    assert answers[3].json()["data"] is False
+    assert answers[4].status_code == 400
+    for r in answers:
+        assert s.state_dir not in r.text, r.text
+        assert s.dir not in r.text, r.text
+        assert "docker.sock" not in r.text, r.text
+    assert "$DEFAULT_MOUNT_DIR" in answers[-1].json()["detail"]
+
+
+def test_a_call_may_take_as_long_as_its_own_timeout(start_sandboxd):
+    """A plain command says nothing until it ends: the relay waits as long
+    as the call's "timeout" asks (plus a margin), however short
+    SANDBOXD_PROXY_TIMEOUT is; calls without one get that."""
+    s = start_sandboxd(env={"SANDBOXD_PROXY_TIMEOUT": "1"})
+    name = s.create()
+    slow = {"command": "sleep 3; echo done", "timeout": 30}
+    res = s.rpc("call_tool_async", identity=name,
+                tool_name="run_shell_command", arguments=slow)
+    assert res["content"][0]["text"] == "done\n", res
+    for path in (f"/proxy/{name}/tools/run_shell_command",
+                 f"/proxy/{name}/fastapi/tools/run_shell_command",
+                 f"/v1/sandboxes/{name}/agent/tools/run_shell_command"):
+        r = s.post(path, slow)
+        assert r.status_code == 200, (path, r.text)
+        assert r.json()["content"][0]["text"] == "done\n"
+    # Without its own timeout: SANDBOXD_PROXY_TIMEOUT.
+    r = s.post("/call_tool", {"identity": name,
+                              "tool_name": "run_shell_command",
+                              "arguments": {"command": "sleep 3"}})
+    assert r.status_code == 504, r.text
+    assert "no progress" in r.json()["detail"]
+    r = s.post(f"/proxy/{name}/tools/run_shell_command",
+               {"command": "sleep 3"})
+    assert r.status_code == 504, r.text
+    # A body that is no JSON goes on as it came, for the agent to refuse.
+    r = s.post(f"/proxy/{name}/tools/run_shell_command", data=b"{not json",
+               headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
 
 
 def test_sessions_mapping_and_keys(sandboxd):

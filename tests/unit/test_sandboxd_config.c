@@ -279,6 +279,12 @@ test_builtin_types(void **state)
 	assert_ptr_equal(types_for_tool("run_shell_command"), types_find("base"));
 	assert_null(types_for_tool("no_such_tool"));
 	assert_null(types_find("nope"));
+	/* The SDK's async classes ask for <type>_async. */
+	assert_ptr_equal(types_find("base_async"), types_find("base"));
+	assert_ptr_equal(types_find("browser_async"), types_find("browser"));
+	assert_null(types_find("nope_async"));
+	assert_null(types_find("_async"));
+	assert_null(types_find("base_async_async"));
 }
 
 static void
@@ -321,6 +327,14 @@ test_custom_types(void **state)
 	/* Overriding a built-in changes only the fields given. */
 	assert_int_equal(types_find("base")->memory, 1048576);
 	assert_string_equal(types_find("base")->network, "none");
+	assert_ptr_equal(types_find("tiny_async"), types_find("tiny"));
+	/* A type of that very name is that type. */
+	j = json_loads("{\"types\": {\"tiny_async\": {\"from\": \"base\"}}}",
+	    0, NULL);
+	assert_int_equal(types_load_json(j, "test", NULL, NULL, NULL, &err), 0);
+	json_decref(j);
+	assert_string_equal(types_find("tiny_async")->name, "tiny_async");
+	assert_ptr_not_equal(types_find("tiny_async"), types_find("tiny"));
 }
 
 static void

@@ -1,0 +1,35 @@
+/*
+ * A pool of worker threads for jobs that may each block for long on their
+ * own: a read from a slow disk, the removal of a huge tree. Unlike a
+ * work_queue (work.h), whose jobs run one after the other, a job here does
+ * not wait behind another: an idle thread takes it, else a new thread
+ * starts, up to the pool's cap (past it, jobs wait for a thread). Threads
+ * idle for a while exit, so a quiet agent holds none: each counts against
+ * the sandbox's limit of processes.
+ *
+ * run(arg) runs on a worker and must not touch the event loop; done(arg)
+ * then runs on the loop thread, never from inside work_pool_submit.
+ */
+#ifndef WORK_POOL_H
+#define WORK_POOL_H
+
+#include "error.h"
+#include "work.h"
+
+struct event_base;
+struct work_pool;
+
+/* NULL with err when the loop cannot be woken (no eventfd). No thread
+ * starts before the first job. */
+struct work_pool *work_pool_new(struct event_base *base, unsigned max_threads,
+    struct error *err);
+/* run(arg) on a worker, then done(arg) on the loop. -1 with err (503)
+ * when the job would need a new thread and none can be started (the
+ * sandbox is at its limit of processes): the job is not queued. */
+int work_pool_submit(struct work_pool *p, work_cb run, work_cb done,
+    void *arg, struct error *err);
+/* After the loop ended: waits for the jobs under way (queued ones run
+ * too), joins every thread, runs the pending done callbacks, frees. */
+void work_pool_free(struct work_pool *p);
+
+#endif
