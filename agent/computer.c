@@ -23,27 +23,21 @@
 #include "toolset.h"
 #include "vnc.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "log.h"
 #include "xmalloc.h"
 
-/* Limits of one call, said in the refusal when exceeded. */
-#define TYPE_MAX_CHARS 4096
-#define KEY_MAX_LEN 256
+/* Keys pressed by one "key" action, at most. */
 #define KEY_MAX_KEYS 64
 /* How long a call waits for a display that does not answer. */
 #define DISPLAY_WAIT_MS 10000
 /* How long a moved pointer may take to get there, as X sees it. */
 #define POINTER_SETTLE_MS 200
-#define SCROLL_PIXELS_PER_CLICK 50
-#define SCROLL_MAX_CLICKS 100
 #define DRAG_STEPS 10
 /* How long a click holds its button down, and the pause between the two
  * of a double click: as a hand does. Some programs (jwm's menus among
@@ -53,27 +47,6 @@
 #define BUTTON_LEFT 1
 #define BUTTON_MIDDLE 2
 #define BUTTON_RIGHT 4
-
-enum action {
-	A_KEY, A_TYPE, A_MOUSE_MOVE, A_LEFT_CLICK, A_LEFT_CLICK_DRAG,
-	A_RIGHT_CLICK, A_MIDDLE_CLICK, A_DOUBLE_CLICK, A_SCROLL,
-	A_GET_SCREENSHOT, A_GET_CURSOR_POSITION, A_COUNT
-};
-
-static const char *const action_names[A_COUNT] = {
-	"key", "type", "mouse_move", "left_click", "left_click_drag",
-	"right_click", "middle_click", "double_click", "scroll",
-	"get_screenshot", "get_cursor_position",
-};
-
-struct call {
-	enum action action;
-	int has_coord;
-	int x, y;
-	const char *text;		/* NULL when absent */
-	size_t text_len;
-	struct vnc *vnc;		/* in a session */
-};
 
 /* ---- answers ------------------------------------------------------------- */
 
@@ -121,153 +94,6 @@ ok_result(void)
 
 /* ---- arguments ----------------------------------------------------------- */
 
-static const char *
-received(json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_STRING:
-		return "string";
-	case JSON_INTEGER:
-	case JSON_REAL:
-		return "number";
-	case JSON_TRUE:
-	case JSON_FALSE:
-		return "boolean";
-	case JSON_NULL:
-		return "null";
-	case JSON_ARRAY:
-		return "array";
-	default:
-		return "object";
-	}
-}
-
-/* One line per zod issue, as the MCP SDK joins them. */
-static void
-issue(char **msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-issue(char **msg, const char *fmt, ...)
-{
-	char *line, *joined;
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(&line, fmt, ap) < 0)
-		fatal("out of memory");
-	va_end(ap);
-	joined = *msg != NULL ? xasprintf("%s\n%s", *msg, line) : line;
-	if (*msg != NULL) {
-		free(*msg);
-		free(line);
-	}
-	*msg = joined;
-}
-
-static void
-check_action(json_t *v, struct call *c, char **msg)
-{
-	for (int i = 0; v != NULL && json_is_string(v) && i < A_COUNT; i++)
-		if (strcmp(json_string_value(v), action_names[i]) == 0) {
-			c->action = (enum action)i;
-			return;
-		}
-	issue(msg, "Invalid option: expected one of \"key\"|\"type\"|"
-	    "\"mouse_move\"|\"left_click\"|\"left_click_drag\"|\"right_click\"|"
-	    "\"middle_click\"|\"double_click\"|\"scroll\"|\"get_screenshot\"|"
-	    "\"get_cursor_position\" at action");
-}
-
-static void
-check_coordinate(json_t *v, struct call *c, char **msg)
-{
-	size_t i;
-	json_t *n;
-	int bad = 0;
-
-	if (v == NULL || json_is_null(v))
-		return;
-	if (!json_is_array(v)) {
-		issue(msg, "Invalid input: expected array, received %s at "
-		    "coordinate", received(v));
-		return;
-	}
-	json_array_foreach(v, i, n) {
-		if (!json_is_number(n)) {
-			issue(msg, "Invalid input: expected number, received %s "
-			    "at coordinate[%zu]", received(n), i);
-			bad = 1;
-		}
-	}
-	if (json_array_size(v) != 2) {
-		issue(msg, "Too %s: expected array to have exactly 2 items at "
-		    "coordinate", json_array_size(v) < 2 ? "small" : "big");
-		return;
-	}
-	if (bad)
-		return;
-	/* Math.round, within what an int holds; the bounds check follows. */
-	for (i = 0; i < 2; i++) {
-		double d = floor(json_number_value(json_array_get(v, i)) + 0.5);
-
-		if (!(d > -1e6))
-			d = -1e6;
-		if (!(d < 1e6))
-			d = 1e6;
-		*(i == 0 ? &c->x : &c->y) = (int)d;
-	}
-	c->has_coord = 1;
-}
-
-/* NULL when the arguments fit the schema; else the message. */
-static char *
-check_args(json_t *args, struct call *c)
-{
-	static const char *const known[] = { "action", "coordinate", "text" };
-	char *msg = NULL, *keys = NULL;
-	size_t nunknown = 0;
-	const char *key;
-	json_t *v, *text;
-
-	if (!json_is_object(args)) {
-		issue(&msg, "Invalid input: expected object, received %s",
-		    received(args));
-		return msg;
-	}
-	check_action(json_object_get(args, "action"), c, &msg);
-	check_coordinate(json_object_get(args, "coordinate"), c, &msg);
-	text = json_object_get(args, "text");
-	if (text != NULL && !json_is_null(text)) {
-		if (!json_is_string(text)) {
-			issue(&msg, "Invalid input: expected string, received %s "
-			    "at text", received(text));
-		} else {
-			c->text = json_string_value(text);
-			c->text_len = json_string_length(text);
-		}
-	}
-	json_object_foreach(args, key, v) {
-		size_t i = 0;
-		char *more;
-
-		while (i < 3 && strcmp(key, known[i]) != 0)
-			i++;
-		if (i < 3)
-			continue;
-		more = xasprintf("%s%s\"%s\"", keys != NULL ? keys : "",
-		    keys != NULL ? ", " : "", key);
-		free(keys);
-		keys = more;
-		nunknown++;
-	}
-	if (nunknown > 0) {
-		issue(&msg, "Unrecognized key%s: %s", nunknown > 1 ? "s" : "",
-		    keys);
-		free(keys);
-	}
-	return msg;
-}
-
 /* ---- the display -------------------------------------------------------- */
 
 static void
@@ -290,7 +116,7 @@ now_ms(void)
 /* A session on the display, waiting a while for one that does not
  * answer (and telling the desktop, which restarts it). */
 static int
-begin(struct agent *agent, struct call *c, struct error *err)
+begin(struct agent *agent, struct computer_call *c, struct error *err)
 {
 	struct desktop *d = agent->desktop;
 	int64_t deadline = now_ms() + DISPLAY_WAIT_MS;
@@ -309,7 +135,7 @@ begin(struct agent *agent, struct call *c, struct error *err)
 /* Move, and wait until the X server has the pointer there: a position
  * asked for next is then the new one. */
 static int
-move(struct call *c, int x, int y, int buttons, struct error *err)
+move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 {
 	int64_t deadline = now_ms() + POINTER_SETTLE_MS;
 	int px, py;
@@ -323,7 +149,7 @@ move(struct call *c, int x, int y, int buttons, struct error *err)
 }
 
 static int
-click(struct call *c, int buttons, int times, struct error *err)
+click(struct computer_call *c, int buttons, int times, struct error *err)
 {
 	int x, y;
 
@@ -348,7 +174,7 @@ click(struct call *c, int buttons, int times, struct error *err)
 }
 
 static int
-drag(struct call *c, struct error *err)
+drag(struct computer_call *c, struct error *err)
 {
 	int x0, y0;
 
@@ -370,7 +196,7 @@ drag(struct call *c, struct error *err)
 /* "ctrl+shift+t Return": each combination pressed in order and released
  * in reverse. A refusal is returned as the answer; NULL when sent. */
 static json_t *
-key(struct call *c, struct error *err, int *failed)
+key(struct computer_call *c, struct error *err, int *failed)
 {
 	uint32_t syms[2 * KEY_MAX_KEYS];
 	int down[2 * KEY_MAX_KEYS];
@@ -427,7 +253,7 @@ key(struct call *c, struct error *err, int *failed)
 }
 
 static json_t *
-type(struct call *c, struct error *err, int *failed)
+type(struct computer_call *c, struct error *err, int *failed)
 {
 	size_t cap = 2 * c->text_len, n = 0, chars = 0, at = 0;
 	uint32_t *syms = xcalloc(cap, sizeof *syms), cp;
@@ -461,93 +287,8 @@ type(struct call *c, struct error *err, int *failed)
 	return refusal;
 }
 
-static size_t
-count_chars(const char *s, size_t len)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < len; i++)
-		if (((unsigned char)s[i] & 0xc0) != 0x80)
-			n++;
-	return n;
-}
-
-/* The checks computer-use-mcp makes before it acts, and our limits:
- * the refusal, or NULL. */
 static json_t *
-requirements(struct call *c)
-{
-	switch (c->action) {
-	case A_KEY:
-	case A_TYPE:
-		if (c->text == NULL || c->text_len == 0)
-			return text_result(1, "Text required for %s",
-			    action_names[c->action]);
-		if (c->action == A_KEY && c->text_len > KEY_MAX_LEN)
-			return text_result(1, "Text too long for key: %zu "
-			    "characters (the limit is %d)", count_chars(c->text,
-			    c->text_len), KEY_MAX_LEN);
-		if (c->action == A_TYPE && count_chars(c->text, c->text_len) >
-		    TYPE_MAX_CHARS)
-			return text_result(1, "Text too long for type: %zu "
-			    "characters (the limit is %d; type it in parts)",
-			    count_chars(c->text, c->text_len), TYPE_MAX_CHARS);
-		return NULL;
-	case A_MOUSE_MOVE:
-	case A_LEFT_CLICK_DRAG:
-		if (!c->has_coord)
-			return text_result(1, "Coordinate required for %s",
-			    action_names[c->action]);
-		return NULL;
-	case A_SCROLL:
-		if (!c->has_coord)
-			return text_result(1, "Coordinate required for scroll");
-		if (c->text == NULL || c->text_len == 0)
-			return text_result(1, "Text required for scroll "
-			    "(direction like \"up\", \"down:5\")");
-		return NULL;
-	default:
-		return NULL;
-	}
-}
-
-/* "down" or "down:500": the button and how many clicks. */
-static json_t *
-scroll_spec(struct call *c, int *button, int *clicks)
-{
-	static const char *const dirs[] = { "up", "down", "left", "right" };
-	const char *colon = memchr(c->text, ':', c->text_len);
-	size_t dlen = colon != NULL ? (size_t)(colon - c->text) : c->text_len;
-	long amount = 300;
-
-	if (dlen == 0)
-		return text_result(1, "Scroll direction required");
-	if (colon != NULL) {
-		const char *s = colon + 1;
-		char *end;
-
-		amount = strtol(s, &end, 10);
-		if (end == s || *end != '\0' || amount <= 0 ||
-		    s[0] == '-' || s[0] == '+' || s[0] == ' ')
-			return text_result(1, "Invalid scroll amount: %s", s);
-	}
-	for (int i = 0; i < 4; i++)
-		if (strlen(dirs[i]) == dlen &&
-		    strncasecmp(c->text, dirs[i], dlen) == 0) {
-			/* Wheel buttons 4 to 7: up, down, left, right. */
-			*button = 1 << (3 + i);
-			*clicks = (int)((amount + SCROLL_PIXELS_PER_CLICK - 1) /
-			    SCROLL_PIXELS_PER_CLICK);
-			if (*clicks > SCROLL_MAX_CLICKS)
-				*clicks = SCROLL_MAX_CLICKS;
-			return NULL;
-		}
-	return text_result(1, "Invalid scroll direction: %.*s. Use \"up\", "
-	    "\"down\", \"left\", or \"right\"", (int)dlen, c->text);
-}
-
-static json_t *
-screenshot(struct call *c, struct error *err, int *failed)
+screenshot(struct computer_call *c, struct error *err, int *failed)
 {
 	struct vnc_image img = { 0 };
 	int cx = -1, cy = -1;
@@ -577,84 +318,89 @@ screenshot(struct call *c, struct error *err, int *failed)
 }
 
 static json_t *
-act(struct call *c, struct error *err, int *failed)
+act(struct computer_call *c, struct error *err, int *failed)
 {
 	int x, y, button = 0, clicks = 0, rc = 0;
 	json_t *refusal;
+	char *msg;
 
 	switch (c->action) {
-	case A_KEY:
+	case COMPUTER_KEY:
 		return key(c, err, failed);
-	case A_TYPE:
+	case COMPUTER_TYPE:
 		return type(c, err, failed);
-	case A_MOUSE_MOVE:
+	case COMPUTER_MOUSE_MOVE:
 		rc = move(c, c->x, c->y, 0, err);
 		break;
-	case A_LEFT_CLICK:
+	case COMPUTER_LEFT_CLICK:
 		rc = click(c, BUTTON_LEFT, 1, err);
 		break;
-	case A_DOUBLE_CLICK:
+	case COMPUTER_DOUBLE_CLICK:
 		rc = click(c, BUTTON_LEFT, 2, err);
 		break;
-	case A_RIGHT_CLICK:
+	case COMPUTER_RIGHT_CLICK:
 		rc = click(c, BUTTON_RIGHT, 1, err);
 		break;
-	case A_MIDDLE_CLICK:
+	case COMPUTER_MIDDLE_CLICK:
 		rc = click(c, BUTTON_MIDDLE, 1, err);
 		break;
-	case A_LEFT_CLICK_DRAG:
+	case COMPUTER_LEFT_CLICK_DRAG:
 		rc = drag(c, err);
 		break;
-	case A_SCROLL:
-		if ((refusal = scroll_spec(c, &button, &clicks)) != NULL)
+	case COMPUTER_SCROLL:
+		if ((msg = computer_scroll(c, &button, &clicks)) != NULL) {
+			refusal = text_result(1, "%s", msg);
+			free(msg);
 			return refusal;
+		}
 		rc = move(c, c->x, c->y, 0, err);
 		for (int i = 0; rc == 0 && i < clicks; i++)
 			if (vnc_pointer(c->vnc, c->x, c->y, button, err) < 0 ||
 			    vnc_pointer(c->vnc, c->x, c->y, 0, err) < 0)
 				rc = -1;
 		break;
-	case A_GET_SCREENSHOT:
+	case COMPUTER_GET_SCREENSHOT:
 		return screenshot(c, err, failed);
-	case A_GET_CURSOR_POSITION:
+	case COMPUTER_GET_CURSOR_POSITION:
 		if (vnc_pointer_position(c->vnc, &x, &y, err) < 0) {
 			*failed = 1;
 			return NULL;
 		}
 		return json_result(json_pack("{s:i, s:i}", "x", x, "y", y));
-	case A_COUNT:
+	case COMPUTER_COUNT:
 		break;
 	}
-	if (rc < 0) {
+	if (rc < 0)
 		*failed = 1;
-		return NULL;
-	}
 	return NULL;
 }
 
 static int
-repeatable(enum action a)
+repeatable(enum computer_action a)
 {
-	return a == A_MOUSE_MOVE || a == A_GET_CURSOR_POSITION ||
-	    a == A_GET_SCREENSHOT;
+	return a == COMPUTER_MOUSE_MOVE || a == COMPUTER_GET_CURSOR_POSITION ||
+	    a == COMPUTER_GET_SCREENSHOT;
 }
 
 static int
 call_computer(struct agent *agent, json_t *args, json_t **result,
     struct error *err)
 {
-	struct call c = { 0 };
+	struct computer_call c = { 0 };
 	char *msg;
 	int failed = 0, w, h;
 
-	if ((msg = check_args(args, &c)) != NULL) {
+	if ((msg = computer_args_check(args, &c)) != NULL) {
 		*result = text_result(1, "MCP error -32602: Input validation "
 		    "error: Invalid arguments for tool computer: %s", msg);
 		free(msg);
 		return 0;
 	}
-	if ((*result = requirements(&c)) != NULL)
+	if ((msg = computer_args_refusal(&c)) != NULL) {
+		*result = text_result(1, "%s", msg);
+		free(msg);
 		return 0;
+	}
 	if (agent->desktop == NULL) {
 		*result = text_result(1, "This sandbox has no display: the agent "
 		    "runs without --desktop");
@@ -692,7 +438,7 @@ call_computer(struct agent *agent, json_t *args, json_t **result,
 	if (failed) {
 		json_decref(*result);
 		*result = text_result(1, "The %s action failed on the display "
-		    "(%s)%s", action_names[c.action], err->msg,
+		    "(%s)%s", computer_action_names[c.action], err->msg,
 		    repeatable(c.action) ? "" : "; it may have been done in "
 		    "part");
 	}
