@@ -129,8 +129,15 @@ def test_gui_sandbox_as_the_sdk_drives_it(box):
     assert box.ok("get_cursor_position")["structuredContent"] == \
         {"x": 321, "y": 234}
 
-    # A desktop: jwm's tray along the bottom, its background above.
-    img = screenshot(box, "gui-desktop.png")
+    # A desktop: jwm's tray along the bottom, its background above (jwm
+    # starts once the display answers, and draws soon after).
+    deadline = time.time() + 20
+    while True:
+        img = screenshot(box, "gui-desktop.png")
+        if img.getpixel((900, 100)) == (0x2f, 0x5f, 0x8f) or \
+                time.time() > deadline:
+            break
+        time.sleep(0.2)
     assert img.size == (1280, 800)
     assert len(img.getcolors(maxcolors=1 << 20)) > 16
     assert img.getpixel((900, 100)) == (0x2f, 0x5f, 0x8f)
