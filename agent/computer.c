@@ -142,6 +142,9 @@ move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 
 	if (vnc_pointer(c->vnc, x, y, buttons, err) < 0)
 		return -1;
+	/* The first answer has it as a rule (the server reads our VNC input
+	 * before a query sent after it); this is for a server that is not
+	 * so quick. */
 	while (vnc_pointer_position(c->vnc, &px, &py, err) == 0 &&
 	    (px != x || py != y) && now_ms() < deadline)
 		sleep_ms(1);
