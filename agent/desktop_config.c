@@ -52,7 +52,8 @@ program_user(struct agent *agent, struct desktop_program *p, json_t *user,
 	}
 	if (p->uid == 0) {
 		error_set(err, 400, "%s: desktop programs never run as root "
-		    "(give the agent --run-as, or the program a \"user\")", where);
+		    "(give the agent --run-as, or the program a \"user\")",
+		    where);
 		return -1;
 	}
 	p->set_ids = p->uid != geteuid() || p->gid != getegid();
@@ -163,8 +164,10 @@ desktop_config_load(struct agent *agent, struct desktop *d, const char *path,
 		goto out;
 	}
 	json_object_foreach(root, key, v) {
-		if (strcmp(key, "display") != 0 && strcmp(key, "vnc_socket") != 0 &&
-		    strcmp(key, "server") != 0 && strcmp(key, "programs") != 0) {
+		if (strcmp(key, "display") != 0 &&
+		    strcmp(key, "vnc_socket") != 0 &&
+		    strcmp(key, "server") != 0 &&
+		    strcmp(key, "programs") != 0) {
 			error_set(err, 400, "--desktop %s: unknown key \"%s\" "
 			    "(display, vnc_socket, server, programs)", path, key);
 			goto out;

@@ -129,7 +129,8 @@ write_full(int fd, const void *buf, size_t len, struct error *err)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			error_set_errno(err, 503, errno, "writing to the X server");
+			error_set_errno(err, 503, errno, "writing to the X "
+			    "server");
 			return -1;
 		}
 		p += n;
