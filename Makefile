@@ -29,7 +29,9 @@ AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
 SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
 
 LIBGIT2 := $(DEPS)/lib/libgit2.a
-AGENT_LIBS := $(LIBGIT2) -lhttp_parser -lz -levent_core -ljansson -lseccomp -lpthread
+LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
+AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lhttp_parser -lpng16 -lz -lm \
+	-levent_core -ljansson -lseccomp -lpthread
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
@@ -43,8 +45,8 @@ deps:
 	tools/install-deps
 	$(MAKE) all
 
-$(LIBGIT2):
-	@echo "libgit2 is missing: run 'make deps' first (it builds a lean static libgit2 into $(DEPS))" >&2
+$(LIBGIT2) $(LIBVNCCLIENT):
+	@echo "$(notdir $@) is missing: run 'make deps' first (it builds lean static libgit2 and libvncclient into $(DEPS))" >&2
 	@exit 1
 
 $(BUILD)/%.o: %.c
@@ -59,7 +61,7 @@ $(BUILD)/agent/embed/%.o: agent/embed/%
 
 # glibc warns that getaddrinfo & co. need its shared NSS modules at run time;
 # the agent resolves no names, so that warning is filtered out, nothing else.
-agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2)
+agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 	@rm -f $@.tmp; st=0; $(CC) -static -Wl,--gc-sections -Wl,-z,noexecstack \
 		-o $@.tmp $(AGENT_OBJ) $(COMMON_OBJ) $(AGENT_LIBS) 2>$@.log || st=$$?; \
 	grep -v -e 'statically linked applications requires at runtime' \
@@ -136,7 +138,7 @@ AGENT_ASAN := $(BUILD)/asan-agent/sandbox-agent
 AGENT_ASAN_OBJ := $(AGENT_SRC:%.c=$(BUILD)/asan/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
 .SECONDARY: $(AGENT_ASAN_OBJ)
 
-$(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2)
+$(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) -o $@ $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
 

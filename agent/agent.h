@@ -12,6 +12,7 @@
 #include "http.h"
 #include "path.h"
 
+struct desktop;
 struct event_base;
 struct mcp;
 struct sock_fprog;
@@ -24,6 +25,7 @@ struct agent_config {
 	char *workspace;
 	char *mcp_config;		/* {"mcpServers": ...} loaded at start */
 	char *tools;			/* native tool groups, comma separated */
+	char *desktop;			/* the desktop's programs (desktop.h) */
 	char *seccomp;			/* "on" or "off" */
 	int insecure_no_token;
 	size_t output_cap;		/* per stream of a shell command */
@@ -58,6 +60,7 @@ struct agent {
 	struct work_pool *io_pool;	/* the file routes' reads and deletes,
 					 * off the loop; NULL: they answer 503 */
 	struct kernel *kernel;		/* the IPython kernel (kernel.c) */
+	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
 
 /* routes.c */

@@ -18,6 +18,7 @@
 
 #include <event2/event.h>
 
+#include "desktop.h"
 #include "files.h"
 #include "log.h"
 #include "spawn.h"
@@ -52,7 +53,11 @@ static const struct config_option options[] = {
 	{ "--mcp-config", "MCP_CONFIG", CONFIG_STRING, &agent.cfg.mcp_config,
 	    "FILE", "MCP servers to start, {\"mcpServers\": {...}}" },
 	{ "--tools", "AGENT_TOOLS", CONFIG_STRING, &agent.cfg.tools, "LIST",
-	    "native tool groups to offer, comma separated (filesystem)" },
+	    "native tool groups to offer, comma separated (filesystem, "
+	    "computer)" },
+	{ "--desktop", "AGENT_DESKTOP", CONFIG_STRING, &agent.cfg.desktop,
+	    "FILE", "start and watch the desktop (X/VNC server, window "
+	    "manager...) this JSON file describes" },
 	{ "--seccomp", NULL, CONFIG_STRING, &agent.cfg.seccomp, "on|off",
 	    "confine commands with the seccomp filter (default on)" },
 	{ "--insecure-no-token", NULL, CONFIG_FLAG, &agent.cfg.insecure_no_token,
@@ -92,6 +97,7 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	http_server_close_listeners(agent.http);
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
+	desktop_shutdown(&agent);
 	spawn_kill_all(SIGTERM);
 	mcp_shutdown(&agent);
 	event_base_loopexit(agent.base, NULL);
@@ -309,6 +315,11 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
+	if (desktop_setup(&agent, agent.cfg.desktop, &err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		desktop_free(&agent);
+		return 2;
+	}
 	if (token_env != NULL && token_env[0] != '\0') {
 		agent.token = token_env;
 	} else if (agent.cfg.insecure_no_token) {
@@ -357,6 +368,7 @@ setup(int argc, char **argv)
 	git_routes_init(&agent);
 	staged_sweep_start(&agent);
 	mcp_init(&agent);
+	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
 		kernel_prewarm(&agent);
 	routes = agent_routes(&nroutes);
@@ -410,6 +422,7 @@ main(int argc, char **argv)
 	work_pool_free(agent.io_pool);
 	git_routes_shutdown();
 	tools_shutdown();
+	desktop_free(&agent);
 	staged_sweep_shutdown();
 	return 0;
 }

@@ -35,6 +35,7 @@ static const struct {
 	const struct tool_group *(*group)(void);
 } known_groups[] = {
 	{ "filesystem", fstools_group },
+	{ "computer", computer_group },
 	{ NULL, NULL },
 };
 

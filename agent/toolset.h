@@ -41,6 +41,8 @@ struct tool_group {
 
 /* fstools.c: the filesystem tool set. */
 const struct tool_group *fstools_group(void);
+/* computer.c: computer use on the sandbox's display (--desktop). */
+const struct tool_group *computer_group(void);
 
 /* tools.c: the glue between the groups and the /mcp routes. */
 

@@ -38,7 +38,8 @@ static const char *const generic_tools[] = {
 	"run_shell_command", "run_ipython_cell", NULL,
 };
 
-static const char *const gui_tools[] = { "computer_use", NULL };
+/* The SDK's GuiSandbox.computer_use calls the tool "computer". */
+static const char *const gui_tools[] = { "computer", "computer_use", NULL };
 
 struct builtin {
 	const char *name;
@@ -63,7 +64,7 @@ static const struct builtin builtins[] = {
 	{ "filesystem", 1024 * MiB, 1.0, 512, "none", "filesystem",
 	    filesystem_tools },
 	{ "browser", 2048 * MiB, 1.0, 1024, "bridge", NULL, browser_tools },
-	{ "gui", 2048 * MiB, 1.0, 1024, "none", NULL, gui_tools },
+	{ "gui", 2048 * MiB, 1.0, 1024, "none", "computer", gui_tools },
 };
 
 char *

@@ -19,7 +19,7 @@ import requests
 from conftest import ROOT, result_texts
 
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
-TYPES = ("minimal", "base", "filesystem", "browser")
+TYPES = ("minimal", "base", "filesystem", "browser", "gui")
 LABEL = "io.agentscope.sandbox.test"
 SESSION = uuid.uuid4().hex[:12]
 TOKEN = "image-test-" + uuid.uuid4().hex
@@ -191,6 +191,7 @@ def test_healthcheck_reports_healthy_and_unhealthy(sandbox, sandbox_type):
 def test_image_sizes(images):
     assert image_size(images["minimal"]) <= 8 * MiB
     assert image_size(images["base"]) <= 250 * MiB
+    assert image_size(images["gui"]) <= 900 * MiB
 
 
 # ---- base -------------------------------------------------------------------

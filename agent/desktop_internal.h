@@ -1,0 +1,65 @@
+/* What desktop.c and desktop_config.c share. */
+#ifndef DESKTOP_INTERNAL_H
+#define DESKTOP_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "desktop.h"
+#include "log.h"
+
+struct event;
+struct spawn;
+struct work_queue;
+
+/* Longest line of a program's output that goes to our log. */
+#define DESKTOP_LINE_MAX 256
+
+/* One program of the desktop; owned by its desktop. */
+struct desktop_program {
+	struct desktop *d;
+	char *name;
+	char **argv;			/* NULL-terminated */
+	json_t *env;			/* the file's additions, or NULL */
+	char **envp;			/* made at start */
+	uid_t uid;
+	gid_t gid;
+	int set_ids;
+	struct spawn *sp;		/* NULL while not running */
+	unsigned generation;		/* starts so far */
+	double started;			/* monotonic seconds */
+	double backoff;			/* seconds before the next restart */
+	struct event *timer;		/* the restart, after the back-off */
+	struct log_rate rate;		/* its output in our log */
+	char line[DESKTOP_LINE_MAX];
+	size_t linelen;
+};
+
+/* One per agent with --desktop; freed by desktop_free. */
+struct desktop {
+	struct agent *agent;
+	char *display;
+	char *vnc_socket;
+	struct desktop_program *programs;	/* [0] is the server */
+	size_t nprograms;
+	struct vnc *vnc;
+	struct work_queue *probes;	/* connects to the display, as the user */
+	struct event *probe_timer;
+	int probing;			/* a probe is out */
+	unsigned probe_generation;	/* of the server it probes */
+	int probe_ok;
+	struct error probe_err;
+	int ready;			/* the server answered since it started */
+	atomic_int stopping;
+	int kick_fd;			/* eventfd: desktop_kick from a worker */
+	struct event *kick_ev;
+};
+
+/* desktop_config.c: fill d from the file at path. */
+int desktop_config_load(struct agent *agent, struct desktop *d,
+    const char *path, struct error *err);
+
+#endif
