@@ -12,8 +12,10 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -168,8 +170,8 @@ def start_desktop(start_agent, tmp_workspace, desktop_dir):
     computer tool."""
     os.chown(tmp_workspace, USER, USER)
 
-    def start(*extra, programs=(), server=None):
-        display = free_display()
+    def start(*extra, programs=(), server=None, display=None):
+        display = display or free_display()
         cfg = desktop_config(desktop_dir, display, programs, server)
         agent = start_agent("--run-as", f"{USER}:{USER}", "--tools",
                             "computer", "--desktop", cfg, *extra)
@@ -366,6 +368,52 @@ def test_cursor_moves_where_told(desk):
     desk.ok("left_click_drag", coordinate=[400, 300])
     assert desk.ok("get_cursor_position")["structuredContent"] == \
         {"x": 400, "y": 300}
+
+
+def test_an_x_server_that_never_answers_is_given_up_on(start_desktop,
+                                                      desktop_dir):
+    """The pointer's place comes from the display's X server, the user's
+    program: one that takes the connection and never answers costs each
+    call a bounded wait, and the agent keeps serving."""
+    fake = free_display()
+    real = free_display()
+    path = f"/tmp/.X11-unix/X{fake}"
+    held = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)	# the agent connects as the user
+    listener.listen(16)
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])	# never answered
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        d = start_desktop(server={"name": "Xvnc", "command": [
+            "/usr/bin/Xvnc", f":{real}", "-geometry", "1280x800",
+            "-depth", "24", "-rfbunixpath",
+            os.path.join(desktop_dir, "vnc.sock"), "-rfbport", "-1",
+            "-SecurityTypes", "None", "-nolisten", "tcp", "-nolisten",
+            "local", "-AlwaysShared"]}, display=fake)
+        for _ in range(2):
+            started = time.time()
+            res = d.call("get_cursor_position")
+            assert res["isError"] is True, res
+            assert "the X server did not answer within 2000 ms" in \
+                res["content"][0]["text"], res
+            assert time.time() - started < 15
+        assert held
+        assert d.agent.get("/healthz").status_code == 200
+        # The VNC side still works: a screenshot, without a crosshair.
+        d.ok("get_screenshot")
+    finally:
+        listener.close()
+        os.unlink(path)
+        for s in held:
+            s.close()
 
 
 GRAB = """
