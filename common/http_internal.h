@@ -105,6 +105,7 @@ struct http_request {
 	int dispatched;			/* handler has run */
 	int body_complete;
 	int body_aborted;		/* body callback said stop */
+	int upgrade;			/* asks to switch protocols */
 
 	http_body_cb body_cb;
 	http_event_cb body_end_cb;
@@ -113,6 +114,8 @@ struct http_request {
 	void *close_arg;
 	http_event_cb drain_cb;
 	void *drain_arg;
+	http_upgrade_cb upgrade_cb;	/* set: hand the connection over */
+	void *upgrade_arg;
 
 	struct http_headers out_headers;
 	enum http_reply_state reply;
@@ -145,6 +148,8 @@ enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);
+/* A 101 has been written: hand the connection over from the loop. */
+void http_conn_upgrade_soon(struct http_request *req);
 void http_request_free(struct http_request *req);
 
 #endif

@@ -35,6 +35,7 @@
 #define HTTP_IO_STEP		(256 * 1024)	/* bytes per socket read/write */
 
 static void conn_parse(struct http_conn *conn);
+static void conn_upgrade(struct http_conn *conn);
 static void conn_free(struct http_conn *conn);
 static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
@@ -140,6 +141,12 @@ int
 http_request_connected(struct http_request *req)
 {
 	return req->conn != NULL;
+}
+
+int
+http_request_is_upgrade(struct http_request *req)
+{
+	return req->upgrade && req->body_complete;
 }
 
 json_t *
@@ -537,6 +544,12 @@ on_message_complete(http_parser *p)
 	if (req == NULL)
 		return 0;
 	req->body_complete = 1;
+	/* What follows the head of an upgrade is another protocol: an
+	 * ordinary answer ends the connection. */
+	if (p->upgrade) {
+		req->upgrade = 1;
+		req->reply_close = 1;
+	}
 	/* One request at a time: pipelined requests wait in the input buffer
 	 * until this one is answered. */
 	http_parser_pause(p, 1);
@@ -611,6 +624,10 @@ conn_parse(struct http_conn *conn)
 {
 	struct evbuffer *in = bufferevent_get_input(conn->bev);
 
+	if (conn->req != NULL && conn->req->upgrade_cb != NULL) {
+		conn_upgrade(conn);
+		return;
+	}
 	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
 		struct evbuffer_iovec vec;
 		size_t n;
@@ -633,6 +650,45 @@ conn_parse(struct http_conn *conn)
 			return;
 		}
 	}
+}
+
+void
+http_conn_upgrade_soon(struct http_request *req)
+{
+	event_active(req->conn->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* The 101 is queued: the connection leaves the server with what is in its
+ * buffers, the rest of the 101 included. */
+static void
+conn_upgrade(struct http_conn *conn)
+{
+	struct http_request *req = conn->req;
+	struct bufferevent *bev = conn->bev;
+	http_upgrade_cb cb = req->upgrade_cb;
+	void *arg = req->upgrade_arg;
+
+	conn->req = NULL;
+	http_request_free(req);
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+	bufferevent_set_timeouts(bev, NULL, NULL);
+	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+	conn->bev = NULL;
+	conn_free(conn);
+	cb(bev, arg);
+}
+
+/* The server lets go of req: one waiting for its connection's hand-over
+ * tells its taker that the client left. */
+static void
+request_drop(struct http_request *req)
+{
+	http_upgrade_cb cb = req->upgrade_cb;
+	void *arg = req->upgrade_arg;
+
+	http_request_free(req);
+	if (cb != NULL)
+		cb(NULL, arg);
 }
 
 static void
@@ -755,7 +811,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 		conn->req = NULL;
 		req->conn = NULL;
 		if (!req->dispatched || req->reply == REPLY_DONE) {
-			http_request_free(req);
+			request_drop(req);
 		} else if (req->close_cb != NULL) {
 			http_event_cb cb = req->close_cb;
 
@@ -777,13 +833,14 @@ conn_free(struct http_conn *conn)
 		conn->req = NULL;
 		req->conn = NULL;
 		if (!req->dispatched || req->reply == REPLY_DONE)
-			http_request_free(req);
+			request_drop(req);
 		else if (req->close_cb != NULL)
 			req->close_cb(req, req->close_arg);
 	}
 	LIST_REMOVE(conn, entry);
 	conn->server->nconns--;
-	bufferevent_free(conn->bev);
+	if (conn->bev != NULL)
+		bufferevent_free(conn->bev);
 	event_free(conn->resume_ev);
 	http_header_reader_free(&conn->hr);
 	free(conn);
