@@ -30,8 +30,8 @@ SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
 
 LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
-AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lhttp_parser -lpng16 -lz -lm \
-	-levent_core -ljansson -lseccomp -lpthread
+AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
+	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 

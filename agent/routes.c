@@ -3,6 +3,7 @@
  * server's alias prefix), as clients of the reference expect.
  */
 #include "agent.h"
+#include "desktop_web.h"
 
 #define POST HTTP_METHOD_POST
 #define GET (HTTP_METHOD_GET | HTTP_METHOD_HEAD)
@@ -29,6 +30,11 @@ static const struct http_route routes[] = {
 	{ POST, "/mcp/add_servers", EXACT, 0, mcp_route_add_servers, 0 },
 	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, 0 },
 	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, 0 },
+	/* The desktop's web viewer: its own token check (desktop_web.h). */
+	{ GET, "/vnc/", HTTP_MATCH_PREFIX, HTTP_ROUTE_NO_AUTH,
+	    desktop_web_route, 0 },
+	{ HTTP_METHOD_GET, "/websockify", EXACT, HTTP_ROUTE_NO_AUTH,
+	    vnc_relay_route, 0 },
 };
 
 const struct http_route *
