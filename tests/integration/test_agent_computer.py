@@ -41,7 +41,8 @@ def free_display():
     raise AssertionError("no free X display number")
 
 
-def desktop_config(directory, display, programs=(), server=None):
+def desktop_config(directory, display, programs=(), server=None, **extra):
+    """The desktop file; extra keys ("novnc") go in as given."""
     sock = os.path.join(directory, "vnc.sock")
     cfg = {
         "display": f":{display}",
@@ -52,6 +53,7 @@ def desktop_config(directory, display, programs=(), server=None):
             "-rfbport", "-1", "-SecurityTypes", "None", "-nolisten", "tcp",
             "-nolisten", "local", "-AlwaysShared", "-desktop", "sandbox"]},
         "programs": list(programs),
+        **extra,
     }
     path = os.path.join(directory, "desktop.json")
     with open(path, "w") as f:
@@ -170,9 +172,9 @@ def start_desktop(start_agent, tmp_workspace, desktop_dir):
     computer tool."""
     os.chown(tmp_workspace, USER, USER)
 
-    def start(*extra, programs=(), server=None, display=None):
+    def start(*extra, programs=(), server=None, display=None, **keys):
         display = display or free_display()
-        cfg = desktop_config(desktop_dir, display, programs, server)
+        cfg = desktop_config(desktop_dir, display, programs, server, **keys)
         agent = start_agent("--run-as", f"{USER}:{USER}", "--tools",
                             "computer", "--desktop", cfg, *extra)
         return Desktop(agent, display, desktop_dir)
