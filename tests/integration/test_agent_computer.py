@@ -50,8 +50,9 @@ def desktop_config(directory, display, programs=(), server=None, **extra):
         "server": server or {"name": "Xvnc", "command": [
             "/usr/bin/Xvnc", f":{display}", "-geometry", "1280x800",
             "-depth", "24", "-rfbunixpath", sock, "-rfbunixmode", "0600",
-            "-rfbport", "-1", "-SecurityTypes", "None", "-nolisten", "tcp",
-            "-nolisten", "local", "-AlwaysShared", "-desktop", "sandbox"]},
+            "-rfbport", "-1", "-SecurityTypes", "None", "-UseBlacklist=0",
+            "-nolisten", "tcp", "-nolisten", "local", "-AlwaysShared",
+            "-desktop", "sandbox"]},
         "programs": list(programs),
         **extra,
     }
