@@ -145,6 +145,8 @@ $(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 # sandboxd's tests likewise against an ASan/UBSan sandboxd (the fixtures
 # require every sandboxd to exit 0 on SIGTERM: no error, no leak), the
 # hostile-agent ones included: an overflow there only aborts under UBSan.
+# The hostile desktop viewers meet both (an agent on the host, sandboxd in
+# front of the images' agents), so they run with both built so.
 SANDBOXD_ASAN := $(BUILD)/asan-sandboxd/sandboxd
 SANDBOXD_ASAN_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/asan/%.o)
 .SECONDARY: $(SANDBOXD_ASAN_OBJ)
@@ -157,12 +159,17 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py) \
-		$(filter-out %/test_hostile_sandboxd.py,$(wildcard tests/integration/test_hostile_*.py)))
+		$(filter-out %/test_hostile_sandboxd.py %/test_hostile_desktop.py,$(wildcard tests/integration/test_hostile_*.py)))
 	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
 		$(sort $(wildcard tests/integration/test_sandboxd_*.py \
 		tests/integration/test_hostile_sandboxd.py)))
+	$(if $(SUPERVISOR_TARGET),SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
+	SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
+		tools/with-dockerd tools/run-integration -m "not memory" \
+		tests/integration/test_hostile_desktop.py)
 
 test: all unit unit-asan integration integration-asan
 

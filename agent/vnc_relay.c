@@ -54,6 +54,10 @@
 #define WRITE_TIMEOUT 60
 /* Seconds our close frame may take to go out. */
 #define CLOSE_TIMEOUT 5
+/* A VNC server whose backlog is full (a burst of viewers) is tried again
+ * this often, this many times, before the viewer is refused. */
+#define CONNECT_RETRY_MS 10
+#define CONNECT_TRIES 300
 
 /* One viewer. Freed by relay_free, when either side has gone. */
 struct relay {
@@ -66,10 +70,16 @@ struct relay {
 	int viewer_paused;		/* the viewer is not read: server full */
 };
 
-/* Between the handler and the hand-over of the connection. */
+/* From the handler to the hand-over of the connection; freed by
+ * upgraded_cb, or when it ends before. */
 struct relay_start {
-	struct event_base *base;
+	struct agent *agent;
+	struct http_request *req;	/* until the 101 (or a refusal) */
+	struct event *retry;
+	int tries;
 	int fd;				/* connected to the VNC server */
+	int binary;
+	char accept[WEBSOCKET_ACCEPT_LEN + 1];
 };
 
 static LIST_HEAD(, relay) relays = LIST_HEAD_INITIALIZER(relays);
@@ -270,6 +280,24 @@ viewer_event_cb(struct bufferevent *bev, short what, void *arg)
 }
 
 static void
+start_free(struct relay_start *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->retry != NULL)
+		event_free(s->retry);
+	free(s);
+}
+
+/* A start that ends without a relay. */
+static void
+start_abandon(struct relay_start *s)
+{
+	start_free(s);
+	nrelays--;
+}
+
+static void
 upgraded_cb(struct bufferevent *viewer, void *arg)
 {
 	struct relay_start *s = arg;
@@ -277,16 +305,15 @@ upgraded_cb(struct bufferevent *viewer, void *arg)
 	struct relay *r;
 
 	if (viewer == NULL) {
-		close(s->fd);
-		nrelays--;
-		free(s);
+		start_abandon(s);
 		return;
 	}
 	r = xcalloc(1, sizeof *r);
 	r->viewer = viewer;
-	r->server = bufferevent_socket_new(s->base, s->fd,
+	r->server = bufferevent_socket_new(s->agent->base, s->fd,
 	    BEV_OPT_CLOSE_ON_FREE);
-	free(s);
+	s->fd = -1;
+	start_free(s);
 	if (r->server == NULL)
 		fatal("out of memory");
 	LIST_INSERT_HEAD(&relays, r, entry);
@@ -362,20 +389,78 @@ connect_server(struct agent *agent, const char *path, struct error *err)
 		close(fd);
 		error_set_errno(err, 503, e, "the desktop's VNC server does not "
 		    "answer");
+		errno = e;
 		return -1;
 	}
 	return fd;
+}
+
+static void try_connect(struct relay_start *s);
+
+static void
+retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	try_connect(arg);
+}
+
+/* The viewer left while the VNC server was busy. */
+static void
+gone_cb(struct http_request *req, void *arg)
+{
+	struct relay_start *s = arg;
+
+	http_reply_empty(req, 499);
+	start_abandon(s);
+}
+
+static void
+try_connect(struct relay_start *s)
+{
+	struct agent *agent = s->agent;
+	struct http_request *req = s->req;
+	char accept_line[64];
+	const char *headers[5];
+	struct error err = { 0 };
+	struct timeval tv = { 0, CONNECT_RETRY_MS * 1000 };
+	int n = 0;
+
+	s->fd = connect_server(agent, desktop_vnc_socket(agent->desktop), &err);
+	if (s->fd < 0 && errno == EAGAIN && ++s->tries < CONNECT_TRIES) {
+		if (s->retry == NULL)
+			s->retry = evtimer_new(agent->base, retry_cb, s);
+		evtimer_add(s->retry, &tv);
+		http_request_on_close(req, gone_cb, s);
+		return;
+	}
+	http_request_on_close(req, NULL, NULL);
+	if (s->fd < 0) {
+		desktop_kick(agent->desktop);
+		http_reply_err(req, &err);
+		start_abandon(s);
+		return;
+	}
+	snprintf(accept_line, sizeof accept_line, "Sec-WebSocket-Accept: %s",
+	    s->accept);
+	headers[n++] = "Upgrade: websocket";
+	headers[n++] = "Connection: Upgrade";
+	headers[n++] = accept_line;
+	if (s->binary)
+		headers[n++] = "Sec-WebSocket-Protocol: binary";
+	headers[n] = NULL;
+	s->req = NULL;
+	http_reply_upgrade(req, headers, upgraded_cb, s);
 }
 
 void
 vnc_relay_route(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
-	char accept[WEBSOCKET_ACCEPT_LEN + 1], accept_line[64];
-	const char *headers[5];
 	struct relay_start *s;
 	struct error err = { 0 };
-	int binary, fd, n = 0;
+	char accept[WEBSOCKET_ACCEPT_LEN + 1];
+	int binary;
 
 	if (!desktop_web_authorize(agent, req, 0))
 		return;
@@ -398,23 +483,12 @@ vnc_relay_route(struct http_request *req, void *arg)
 		http_reply_error(req, 503, "the desktop's display is not ready");
 		return;
 	}
-	if ((fd = connect_server(agent, desktop_vnc_socket(agent->desktop),
-	    &err)) < 0) {
-		desktop_kick(agent->desktop);
-		http_reply_err(req, &err);
-		return;
-	}
-	snprintf(accept_line, sizeof accept_line, "Sec-WebSocket-Accept: %s",
-	    accept);
-	headers[n++] = "Upgrade: websocket";
-	headers[n++] = "Connection: Upgrade";
-	headers[n++] = accept_line;
-	if (binary)
-		headers[n++] = "Sec-WebSocket-Protocol: binary";
-	headers[n] = NULL;
 	s = xcalloc(1, sizeof *s);
-	s->base = agent->base;
-	s->fd = fd;
+	s->agent = agent;
+	s->req = req;
+	s->fd = -1;
+	s->binary = binary;
+	memcpy(s->accept, accept, sizeof accept);
 	nrelays++;
-	http_reply_upgrade(req, headers, upgraded_cb, s);
+	try_connect(s);
 }

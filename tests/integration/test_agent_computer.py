@@ -343,7 +343,9 @@ def test_bad_desktop_files_stop_the_agent_at_start(tmp_workspace,
         "and \"vnc_socket\" an absolute path"
     assert refused({**good, "colour": "red"}) == \
         "sandbox-agent: --desktop FILE: unknown key \"colour\" (display, " \
-        "vnc_socket, server, programs)"
+        "vnc_socket, server, programs, novnc)"
+    assert refused({**good, "novnc": "opt/novnc"}) == \
+        "sandbox-agent: --desktop FILE: \"novnc\" must be an absolute path"
     assert refused({**good, "programs": [{"command": ["/bin/true"],
                                            "user": "0:0"}]},
                    "--run-as", f"{USER}:{USER}") == \
