@@ -41,6 +41,15 @@ def settle(pid, want, timeout=10):
     return open_fds(pid)
 
 
+def ask_for_screens(ws, n=100):
+    """Ask for a full screen, raw (4 MiB), every 30 ms for 3 s: a VNC
+    server sends the next one whenever the last has left it, so 400 MiB
+    head for a relay that reads them all."""
+    for _ in range(n):
+        ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
+        time.sleep(0.03)
+
+
 def raw_upgrade(port, path, headers=()):
     """An upgrade request on a plain socket: everything the server sends
     until it closes."""
@@ -171,11 +180,7 @@ def test_a_viewer_that_never_reads_costs_a_bounded_buffer(web_desktop):
     rfb_handshake(stuck)
     stuck.send(struct.pack("!BBHi", 2, 0, 1, 0))
     before = rss_kib(a.proc.pid)
-    # 40 full screens, raw: 160 MiB the VNC server wants to send, and
-    # this viewer reads none of it.
-    for _ in range(40):
-        stuck.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
-    time.sleep(3)
+    ask_for_screens(stuck)
     assert rss_kib(a.proc.pid) - before < 8 * 1024
     # Meanwhile another viewer and the computer tool are served.
     other = ws_client.connect(f"/websockify?password={a.token}",
@@ -298,13 +303,11 @@ def test_sandboxd_keeps_serving_bad_slow_and_many_viewers(sbxd):
 
 
 def flood(s, name, token):
-    """A viewer that asks for 40 full screens, raw (160 MiB), and reads
-    none of it."""
+    """A viewer that asks for many full screens and reads none."""
     ws = viewer(s, name, token)
     rfb_handshake(ws)
     ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
-    for _ in range(40):
-        ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
+    ask_for_screens(ws)
     return ws
 
 
@@ -315,6 +318,5 @@ def test_sandboxd_holds_little_for_a_viewer_that_never_reads(sbxd):
     viewer(sbxd, name, token).close()
     before = sbxd.rss_kib()
     stuck = flood(sbxd, name, token)
-    time.sleep(3)
     assert sbxd.rss_kib() - before < 4 * 1024
     stuck.sock.close()
