@@ -119,6 +119,16 @@ $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_AS
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
 
+# tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
+# the common objects; Nettle for the WebSocket handshake's hashing).
+$(BUILD)/unit/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/agent/%.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iagent $(CFLAGS) -o $@ $< $(BUILD)/agent/$*.o $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
+
+$(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%.o $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(BUILD)/asan/agent/$*.o $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
+
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
