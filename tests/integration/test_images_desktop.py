@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -188,3 +189,86 @@ def test_many_viewers_come_and_go_and_release_closes_them(sbxd):
         time.sleep(0.1)
     assert open_fds(sbxd.proc.pid) <= before
     assert "a viewer connected" in sbxd.read_log()
+
+
+class PrefixProxy:
+    """A reverse proxy on 127.0.0.1 that serves sandboxd under /tools: one
+    request a connection, its path's prefix taken off; after the head,
+    bytes are relayed as they come (an upgraded WebSocket too)."""
+
+    def __init__(self, port, prefix="/tools"):
+        self.target, self.prefix = port, prefix
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.paths = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn = self.listener.accept()[0]
+            except OSError:
+                return
+            threading.Thread(target=self.handle, args=(conn,),
+                             daemon=True).start()
+
+    @staticmethod
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle(self, conn):
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conn.close()
+                return
+            buf += chunk
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, version = lines[0].split(" ")
+        self.paths.append(path)
+        upgrade = any(line.lower().startswith("upgrade:") for line in lines)
+        out = [f"{method} {path[len(self.prefix):]} {version}"]
+        for line in lines[1:]:
+            if upgrade or not line.lower().startswith("connection:"):
+                out.append(line)
+        if not upgrade:
+            out.append("Connection: close")
+        up = socket.create_connection(("127.0.0.1", self.target))
+        up.sendall(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + rest)
+        threading.Thread(target=self.pipe, args=(up, conn),
+                         daemon=True).start()
+        self.pipe(conn, up)
+
+    def close(self):
+        self.listener.close()
+
+
+def test_the_page_keeps_a_reverse_proxys_prefix(sbxd):
+    name = sbxd.create("filesystem")
+    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    proxy = PrefixProxy(sbxd.port)
+    try:
+        report, _ = view(f"http://127.0.0.1:{proxy.port}/tools/desktop/"
+                         f"{name}/vnc/vnc_relay.html?password={token}",
+                         "sandboxd-behind-a-proxy.png")
+        assert report["status"] == "Connected to sandbox", report
+        # Its WebSocket went to the prefix's /desktop/{id} too.
+        assert f"/tools/desktop/{name}?password={token}" in proxy.paths
+    finally:
+        proxy.close()
