@@ -63,11 +63,11 @@
 struct relay {
 	LIST_ENTRY(relay) entry;
 	struct bufferevent *viewer;	/* the WebSocket */
-	struct bufferevent *server;	/* the VNC server; NULL once closing */
+	struct bufferevent *server;	/* the VNC server; NULL: closing */
 	struct websocket_reader ws;
 	int closing;			/* our close frame is queued */
 	int pinged;			/* a ping went out unanswered */
-	int viewer_paused;		/* the viewer is not read: server full */
+	int viewer_paused;		/* not read: the server's full */
 };
 
 /* From the handler to the hand-over of the connection; freed by
@@ -215,8 +215,8 @@ server_event_cb(struct bufferevent *bev, short what, void *arg)
 
 	(void)bev;
 	if (what & BEV_EVENT_TIMEOUT) {
-		finish(r, WEBSOCKET_INTERNAL, "the desktop's VNC server stopped "
-		    "reading");
+		finish(r, WEBSOCKET_INTERNAL, "the desktop's VNC server "
+		    "stopped reading");
 		return;
 	}
 	/* What it said last goes out before the close (at most one read's
@@ -387,8 +387,8 @@ connect_server(struct agent *agent, const char *path, struct error *err)
 	}
 	if (rc < 0) {
 		close(fd);
-		error_set_errno(err, 503, e, "the desktop's VNC server does not "
-		    "answer");
+		error_set_errno(err, 503, e, "the desktop's VNC server does "
+		    "not answer");
 		errno = e;
 		return -1;
 	}
@@ -470,17 +470,19 @@ vnc_relay_route(struct http_request *req, void *arg)
 	}
 	if (websocket_handshake(req, accept, &binary, &err) < 0) {
 		if (err.status == 426)
-			http_reply_add_header(req, "Sec-WebSocket-Version", "13");
+			http_reply_add_header(req, "Sec-WebSocket-Version",
+			    "13");
 		http_reply_err(req, &err);
 		return;
 	}
 	if (nrelays >= RELAY_MAX) {
-		http_reply_error(req, 503, "the desktop has %d viewers, as many "
-		    "as it takes", RELAY_MAX);
+		http_reply_error(req, 503, "the desktop has %d viewers, as "
+		    "many as it takes", RELAY_MAX);
 		return;
 	}
 	if (!desktop_ready(agent->desktop)) {
-		http_reply_error(req, 503, "the desktop's display is not ready");
+		http_reply_error(req, 503, "the desktop's display is not "
+		    "ready");
 		return;
 	}
 	s = xcalloc(1, sizeof *s);

@@ -238,11 +238,12 @@ x11_connect(struct vnc_x11 *x, struct error *err)
 	fired = disarm(x);
 	if (xcb_connection_has_error(x->conn)) {
 		if (fired)
-			error_set(err, 504, "the X server did not answer within "
-			    "%d ms", X11_TIMEOUT_MS);
+			error_set(err, 504, "the X server did not answer "
+			    "within %d ms", X11_TIMEOUT_MS);
 		else
-			error_set(err, 503, "the X server refused the connection "
-			    "(xcb error %d)", xcb_connection_has_error(x->conn));
+			error_set(err, 503, "the X server refused the "
+			    "connection (xcb error %d)",
+			    xcb_connection_has_error(x->conn));
 		vnc_x11_close(x);
 		return -1;
 	}

@@ -19,6 +19,7 @@
 #define WEBSOCKET_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 /* Payload bytes unmasked per step. */
 #define UNMASK_STEP 16384
+#define SHORTEST "a frame length not in its shortest form"
 
 enum { READ_HEAD, READ_PAYLOAD };
 
@@ -72,25 +73,27 @@ websocket_handshake(struct http_request *req,
 	uint8_t digest[SHA1_DIGEST_SIZE];
 
 	if (!has_token(upgrade, "websocket") ||
-	    !has_token(connection, "upgrade") || !http_request_is_upgrade(req)) {
+	    !has_token(connection, "upgrade") ||
+	    !http_request_is_upgrade(req)) {
 		error_set(err, 400, "a WebSocket upgrade is expected here "
 		    "(Connection: Upgrade, Upgrade: websocket, no body)");
 		return -1;
 	}
 	if (version == NULL || strcmp(version, "13") != 0) {
-		error_set(err, 426, "WebSocket version 13 is the one spoken here");
+		error_set(err, 426, "WebSocket version 13 is the one spoken "
+		    "here");
 		return -1;
 	}
 	if (key == NULL || !key_valid(key)) {
-		error_set(err, 400, "Sec-WebSocket-Key must be the base64 of 16 "
-		    "bytes");
+		error_set(err, 400, "Sec-WebSocket-Key must be the base64 of "
+		    "16 bytes");
 		return -1;
 	}
 	*binary = 0;
 	if (protocols != NULL) {
 		if (!has_token(protocols, "binary")) {
-			error_set(err, 400, "the only WebSocket subprotocol spoken "
-			    "here is \"binary\"");
+			error_set(err, 400, "the only WebSocket subprotocol "
+			    "spoken here is \"binary\"");
 			return -1;
 		}
 		*binary = 1;
@@ -126,19 +129,17 @@ head_done(struct websocket_reader *r)
 	if (len7 == 126) {
 		len = (uint64_t)h[2] << 8 | h[3];
 		if (len < 126)
-			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a frame length "
-			    "not in its shortest form");
+			return fail(r, WEBSOCKET_PROTOCOL_ERROR, SHORTEST);
 		at = 4;
 	} else if (len7 == 127) {
 		len = 0;
 		for (int i = 0; i < 8; i++)
 			len = len << 8 | h[2 + i];
 		if (len >> 63)
-			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a frame length "
-			    "with its top bit set");
+			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a frame "
+			    "length with its top bit set");
 		if (len < 65536)
-			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a frame length "
-			    "not in its shortest form");
+			return fail(r, WEBSOCKET_PROTOCOL_ERROR, SHORTEST);
 		at = 10;
 	}
 	memcpy(r->mask, h + at, 4);
@@ -187,8 +188,8 @@ head_start(struct websocket_reader *r)
 		    "speaks binary)");
 	case WEBSOCKET_BINARY:
 		if (r->in_message)
-			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a new message "
-			    "inside a fragmented one");
+			return fail(r, WEBSOCKET_PROTOCOL_ERROR, "a new "
+			    "message inside a fragmented one");
 		break;
 	case WEBSOCKET_CLOSE:
 	case WEBSOCKET_PING:
@@ -243,8 +244,8 @@ control_done(struct websocket_reader *r)
 			    "that may not be sent");
 		if (!utf8_valid((const char *)r->control + 2,
 		    r->control_len - 2))
-			return fail(r, WEBSOCKET_BAD_DATA, "a close reason that "
-			    "is not UTF-8");
+			return fail(r, WEBSOCKET_BAD_DATA, "a close reason "
+			    "that is not UTF-8");
 		r->close_code = code;
 	}
 	return WEBSOCKET_GOT_CLOSE;
@@ -331,7 +332,8 @@ write_head(struct evbuffer *out, unsigned opcode, size_t len)
 	} else {
 		h[1] = 127;
 		for (int i = 0; i < 8; i++)
-			h[2 + i] = (unsigned char)((uint64_t)len >> (56 - 8 * i));
+			h[2 + i] = (unsigned char)((uint64_t)len >>
+			    (56 - 8 * i));
 		n = 10;
 	}
 	evbuffer_add(out, h, n);

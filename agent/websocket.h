@@ -75,10 +75,10 @@ struct websocket_reader {
 	size_t head_len, head_need;
 	unsigned opcode;		/* of the frame being read */
 	int fin;
-	uint64_t left;			/* its payload bytes still to come */
+	uint64_t left;			/* its payload bytes to come */
 	unsigned char mask[4];
 	unsigned mask_at;
-	int in_message;			/* a fragmented message is open */
+	int in_message;			/* a fragmented message open */
 	unsigned char control[125];	/* a control frame's payload */
 	size_t control_len;
 	unsigned close_code;

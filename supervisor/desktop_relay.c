@@ -50,7 +50,7 @@ struct desktop_relay {
 	struct http_request *req;	/* until the agent has answered */
 	struct bufferevent *agent;
 	struct bufferevent *viewer;	/* after the hand-over */
-	int closing;			/* the agent has gone: flush, then free */
+	int closing;			/* the agent left: flush, free */
 
 	/* The agent's answer head. */
 	http_parser parser;
@@ -100,7 +100,7 @@ refuse(struct desktop_relay *r, const struct error *err)
 	relay_free(r);
 }
 
-/* ---- the relay ------------------------------------------------------------ */
+/* ---- the relay -------------------------------------------------------- */
 
 /* from to to, while to has room; from is read again once it has. */
 static void
@@ -288,8 +288,8 @@ switch_viewer(struct desktop_relay *r)
 	headers[n++] = "Connection: Upgrade";
 	headers[n++] = accept;
 	if (r->protocol[0] != '\0') {
-		snprintf(protocol, sizeof protocol, "Sec-WebSocket-Protocol: %s",
-		    r->protocol);
+		snprintf(protocol, sizeof protocol,
+		    "Sec-WebSocket-Protocol: %s", r->protocol);
 		headers[n++] = protocol;
 	}
 	headers[n] = NULL;
@@ -344,7 +344,8 @@ answer_read_cb(struct bufferevent *bev, void *arg)
 	end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
 	if (end.pos < 0) {
 		if (evbuffer_get_length(in) > AGENT_HEAD_MAX) {
-			error_set(&e, 502, "the agent's answer head is too long");
+			error_set(&e, 502, "the agent's answer head is too "
+			    "long");
 			refuse(r, &e);
 		}
 		return;
@@ -464,8 +465,8 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 		return;
 	}
 	if (nrelays >= RELAY_MAX) {
-		http_reply_error(req, 503, "sandboxd relays %d desktop viewers, "
-		    "as many as it takes", RELAY_MAX);
+		http_reply_error(req, 503, "sandboxd relays %d desktop "
+		    "viewers, as many as it takes", RELAY_MAX);
 		return;
 	}
 	if (agent_sockaddr(sb->agent_addr, &ss, &sslen) < 0) {
