@@ -7,7 +7,8 @@
 # encoding only. First an agent with --desktop on the host (its own Xvnc):
 # full screens (4 MiB each) asked for one after the other, straight from
 # the VNC server's unix socket and through the agent's /websockify on
-# 127.0.0.1; then the latency of a small update (64x64). Then a
+# 127.0.0.1 (and on a unix socket, as sandboxd reaches agents); then the
+# latency of a small update (64x64). Then a
 # filesystem sandbox (the smallest image with a desktop) through sandboxd:
 # the small update straight to the agent's WebSocket (its unix socket in
 # sandboxd's state directory, with its token) and through sandboxd's
@@ -56,7 +57,8 @@ section_desktop_relay() {
 EOF
 	heading "desktop relay (agent --desktop: its own Xvnc 1280x800; raw full screens of 4 MiB)"
 	port=$(free_port)
-	agent_start "$port" "$dir/ws" "${user[@]}" --desktop "$dir/desktop.json"
+	agent_start "$port" "$dir/ws" "${user[@]}" --desktop "$dir/desktop.json" \
+		--listen "unix:$dir/agent.sock"
 	direct=$(desktop_run "VNC server direct" -r -u "$dir/vnc.sock" \
 		throughput "$DESKTOP_SCREENS") &&
 		row "VNC server, straight to its socket" \
@@ -66,6 +68,10 @@ EOF
 		row "through the agent's /websockify (TCP)" \
 			"$(field mib_s "$relayed") MiB/s" ">= 200 MiB/s" \
 			"$(verdict "$(field mib_s "$relayed")" '>=' 200)"
+	relayed=$(desktop_run "through /websockify, unix" -u "$dir/agent.sock" \
+		-a "$TOKEN" throughput "$DESKTOP_SCREENS") &&
+		row "  the same on the agent's unix socket" \
+			"$(field mib_s "$relayed") MiB/s"
 	lat=$(desktop_run "small update" -t "127.0.0.1:$port" -a "$TOKEN" \
 		latency "$DESKTOP_N") &&
 		row "64x64 update through /websockify" \
