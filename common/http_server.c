@@ -315,6 +315,7 @@ parse_query(struct http_request *req, struct error *err)
 		if (len > 0) {
 			size_t nlen = eq != NULL ? (size_t)(eq - q) : len;
 
+			/* Before auth: a fixed message, no byte of the client's. */
 			if (http_percent_decode(q, nlen, 1, &name) < 0) {
 				error_set(err, 400, "malformed query string");
 				return -1;
@@ -324,8 +325,7 @@ parse_query(struct http_request *req, struct error *err)
 			else if (http_percent_decode(eq + 1, len - nlen - 1, 1,
 			    &value) < 0) {
 				free(name);
-				error_set(err, 400, "malformed query parameter: %s",
-				    name);
+				error_set(err, 400, "malformed query string");
 				return -1;
 			}
 			http_headers_add(&req->query, name, value);
@@ -390,13 +390,16 @@ parse_target(struct http_request *req, struct error *err)
 	return parse_query(req, err);
 }
 
+/* route: NULL when no route has the path (or not with this method). */
 static int
-check_auth(struct http_request *req, struct error *err)
+check_auth(struct http_request *req, const struct http_route *route,
+    struct error *err)
 {
 	const struct http_server_config *cfg = &req->server->cfg;
 	const char *h;
 
-	if (cfg->token == NULL || (req->route->flags & HTTP_ROUTE_NO_AUTH))
+	if (cfg->token == NULL ||
+	    (route != NULL && (route->flags & HTTP_ROUTE_NO_AUTH)))
 		return 0;
 	h = http_request_header(req, "Authorization");
 	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
@@ -461,6 +464,10 @@ on_headers_complete(http_parser *p)
 		req->content_length = (int64_t)p->content_length;
 	req->route = http_route_find(cfg->routes, cfg->nroutes, req->method,
 	    req->path, &mismatch);
+	/* Which paths exist is for clients with the token to learn: without
+	 * it, every path but the open routes' answers the auth error. */
+	if (check_auth(req, req->route, &err) < 0)
+		goto rejected;
 	if (req->route == NULL) {
 		if (mismatch)
 			error_set(&err, 405, "Method Not Allowed");
@@ -468,8 +475,6 @@ on_headers_complete(http_parser *p)
 			error_set(&err, 404, "Not Found");
 		goto rejected;
 	}
-	if (check_auth(req, &err) < 0)
-		goto rejected;
 	req->body_limit = req->route->max_body ? req->route->max_body :
 	    cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
 	if (!(req->route->flags & HTTP_ROUTE_STREAM_BODY) &&
