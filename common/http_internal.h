@@ -74,6 +74,9 @@ struct http_conn {
 	int discarding;			/* lingering: reading only to drop */
 	size_t discarded;
 	int in_parse;			/* inside http_parser_execute */
+	const char *parse_start;	/* of the bytes being parsed */
+	char parse_last;		/* last byte parsed before them */
+	const char *fault;		/* why a callback stopped the parser */
 	LIST_ENTRY(http_conn) entry;
 };
 

@@ -268,6 +268,22 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
+/* RFC 9110's tchar: what a header name is made of. */
+static int
+is_tchar(unsigned char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+	    (c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~",
+	    c) != NULL);
+}
+
+/*
+ * RFC 9112 (5.1, 5.2) has a server refuse both a space before a header's
+ * colon and a header continued on the next line (obs-fold). http-parser
+ * takes "Transfer-Encoding : chunked" as chunked and joins folded lines,
+ * while a proxy in front may read either otherwise: the same bytes would be
+ * two different requests to the two of us (request smuggling).
+ */
 static int
 on_header_field(http_parser *p, const char *at, size_t len)
 {
@@ -275,14 +291,35 @@ on_header_field(http_parser *p, const char *at, size_t len)
 
 	if (conn->req == NULL)
 		return 0;
-	return http_header_reader_field(&conn->hr, at, len,
-	    &conn->req->headers, HTTP_MAX_HEADERS) == HTTP_HEADER_OK ? 0 : -1;
+	for (size_t i = 0; i < len; i++) {
+		if (!is_tchar((unsigned char)at[i])) {
+			conn->fault = "invalid character in a header name";
+			return -1;
+		}
+	}
+	if (http_header_reader_field(&conn->hr, at, len, &conn->req->headers,
+	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK) {
+		conn->fault = "too many headers, or a NUL byte in one";
+		return -1;
+	}
+	return 0;
 }
 
 static int
 on_header_value(http_parser *p, const char *at, size_t len)
 {
-	http_header_reader_value(&parser_conn(p)->hr, at, len);
+	struct http_conn *conn = parser_conn(p);
+	char before;
+
+	/* A piece of a value starts at a line's first byte only when the
+	 * line continues the one before: an obs-fold. (A value cut by the
+	 * end of what was read resumes mid-line, after a value byte.) */
+	before = at > conn->parse_start ? at[-1] : conn->parse_last;
+	if (len > 0 && before == '\n') {
+		conn->fault = "a header folded over several lines (obs-fold)";
+		return -1;
+	}
+	http_header_reader_value(&conn->hr, at, len);
 	return 0;
 }
 
@@ -624,17 +661,22 @@ conn_parse(struct http_conn *conn)
 		if (evbuffer_peek(in, -1, NULL, &vec, 1) < 1 || vec.iov_len == 0)
 			return;
 		conn->in_parse = 1;
+		conn->parse_start = vec.iov_base;
 		n = http_parser_execute(&conn->parser, &parser_settings,
 		    vec.iov_base, vec.iov_len);
 		conn->in_parse = 0;
+		if (n > 0)
+			conn->parse_last = ((const char *)vec.iov_base)[n - 1];
 		evbuffer_drain(in, n);
 		e = HTTP_PARSER_ERRNO(&conn->parser);
 		if (e == HPE_PAUSED)
 			return;
 		if (e != HPE_OK) {
 			log_debug("http %s: bad request: %s", conn->peer,
+			    conn->fault != NULL ? conn->fault :
 			    http_errno_description(e));
-			conn_bad_request(conn, http_errno_name(e));
+			conn_bad_request(conn, conn->fault != NULL ? conn->fault :
+			    http_errno_name(e));
 			return;
 		}
 	}
