@@ -55,6 +55,8 @@ struct http_server {
 	int bound_port;
 	LIST_HEAD(, http_conn) conns;
 	size_t nconns;
+	struct http_request *retired;	/* answered, freed by retire_ev */
+	struct event *retire_ev;
 };
 
 /* Owned by the server; freed when the socket closes and no request of it
@@ -124,6 +126,7 @@ struct http_request {
 	int status;
 	uint64_t bytes_out;
 	struct timeval started;
+	struct http_request *retired_next;
 };
 
 /* http_headers.c */
@@ -148,6 +151,9 @@ enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);
+/* The request has its reply: REPLY_DONE, detached from its connection,
+ * freed on the next loop turn. */
+void http_request_retire(struct http_request *req);
 void http_request_free(struct http_request *req);
 
 #endif

@@ -42,6 +42,35 @@ static void conn_flushed_close(struct http_conn *conn);
 #define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
 
+/* Requests are freed a loop turn after their reply, not at once, so that
+ * a second reply from the same chain of calls still finds REPLY_DONE and is
+ * dropped with an error in the log rather than written or freed twice. */
+static void
+retired_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_server *server = arg;
+	struct http_request *req;
+
+	(void)fd;
+	(void)what;
+	while ((req = server->retired) != NULL) {
+		server->retired = req->retired_next;
+		http_request_free(req);
+	}
+}
+
+void
+http_request_retire(struct http_request *req)
+{
+	struct http_server *server = req->server;
+
+	req->reply = REPLY_DONE;
+	req->conn = NULL;
+	req->retired_next = server->retired;
+	server->retired = req;
+	event_active(server->retire_ev, EV_TIMEOUT, 0);
+}
+
 void
 http_request_free(struct http_request *req)
 {
@@ -546,10 +575,10 @@ on_body(http_parser *p, const char *at, size_t len)
 	if (req == NULL || req->rejected || req->body_aborted)
 		return 0;
 	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
-		if (req->body_cb == NULL || req->reply == REPLY_DONE)
+		if (req->body_cb == NULL)
 			return 0;
 		if (req->body_cb(req, at, len, req->body_arg) < 0) {
-			/* Its reply, if already sent, has freed req. */
+			/* Its reply, if already sent, has retired req. */
 			if (conn->req == req) {
 				req->body_aborted = 1;
 				req->reply_close = 1;
@@ -584,17 +613,13 @@ on_message_complete(http_parser *p)
 	http_parser_pause(p, 1);
 	conn->waiting_reply = 1;
 	conn_set_read_timeout(conn, 0);
-	if (req->rejected || req->body_aborted) {
-		if (req->reply == REPLY_DONE)
-			http_conn_reply_done(req);
+	/* (A request already answered is no longer conn->req.) */
+	if (req->rejected || req->body_aborted)
 		return 0;
-	}
 	if (!req->dispatched)
 		dispatch(req);
-	else if (req->body_end_cb != NULL && req->reply != REPLY_DONE)
+	else if (req->body_end_cb != NULL)
 		req->body_end_cb(req, req->body_arg);
-	else if (req->reply == REPLY_DONE)
-		http_conn_reply_done(req);
 	return 0;
 }
 
@@ -697,7 +722,7 @@ http_conn_reply_done(struct http_request *req)
 	struct http_conn *conn = req->conn;
 
 	if (conn == NULL) {
-		http_request_free(req);
+		http_request_retire(req);
 		return;
 	}
 	/* Answered before the whole body came in: the rest of the body would
@@ -710,7 +735,7 @@ http_conn_reply_done(struct http_request *req)
 	conn->req = NULL;
 	if (req->reply_close || !req->keepalive)
 		conn->closing = 1;
-	http_request_free(req);
+	http_request_retire(req);
 	if (conn->closing) {
 		bufferevent_disable(conn->bev, EV_READ);
 		bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
@@ -801,7 +826,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (req != NULL) {
 		conn->req = NULL;
 		req->conn = NULL;
-		if (!req->dispatched || req->reply == REPLY_DONE) {
+		if (!req->dispatched) {
 			http_request_free(req);
 		} else if (req->close_cb != NULL) {
 			http_event_cb cb = req->close_cb;
@@ -823,7 +848,7 @@ conn_free(struct http_conn *conn)
 
 		conn->req = NULL;
 		req->conn = NULL;
-		if (!req->dispatched || req->reply == REPLY_DONE)
+		if (!req->dispatched)
 			http_request_free(req);
 		else if (req->close_cb != NULL)
 			req->close_cb(req, req->close_arg);
@@ -918,6 +943,7 @@ http_server_new(struct event_base *base, const struct http_server_config *cfg)
 	if (server->cfg.auth_wrong_detail == NULL)
 		server->cfg.auth_wrong_detail = "Invalid token";
 	LIST_INIT(&server->conns);
+	server->retire_ev = event_new(base, -1, 0, retired_cb, server);
 	return server;
 }
 
@@ -1084,5 +1110,7 @@ http_server_free(struct http_server *server)
 	http_server_close_listeners(server);
 	while (!LIST_EMPTY(&server->conns))
 		conn_free(LIST_FIRST(&server->conns));
+	retired_cb(-1, 0, server);
+	event_free(server->retire_ev);
 	free(server);
 }
