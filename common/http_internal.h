@@ -6,6 +6,7 @@
 #include <sys/queue.h>
 #include <sys/time.h>
 
+#include <event2/util.h>
 #include <http_parser.h>
 
 #include "http.h"
@@ -148,6 +149,13 @@ void http_header_reader_value(struct http_header_reader *hr, const char *at,
 /* The head is complete: the last header goes into h, as above. */
 enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
     struct http_headers *h, size_t max);
+
+/* http_server.c: a new connection on fd, which it now owns; peer names
+ * it in the log. */
+void http_conn_open(struct http_server *server, evutil_socket_t fd,
+    const char *peer);
+/* http_listen.c */
+void http_listeners_close(struct http_server *server);
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);

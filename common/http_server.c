@@ -1,25 +1,18 @@
 /*
- * Connections of the HTTP server: accept, parse requests with http-parser,
- * route, check auth and limits, and hand requests to handlers. Replies are
- * written by http_reply.c.
+ * Connections of the HTTP server: parse requests with http-parser, route,
+ * check auth and limits, and hand requests to handlers. Sockets are
+ * accepted by http_listen.c; replies are written by http_reply.c.
  */
 #include "http_internal.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "log.h"
 #include "xmalloc.h"
@@ -69,185 +62,6 @@ http_request_retire(struct http_request *req)
 	req->retired_next = server->retired;
 	server->retired = req;
 	event_active(server->retire_ev, EV_TIMEOUT, 0);
-}
-
-void
-http_request_free(struct http_request *req)
-{
-	free(req->url);
-	free(req->raw_target);
-	free(req->path);
-	http_headers_clear(&req->query);
-	http_headers_clear(&req->headers);
-	http_headers_clear(&req->out_headers);
-	if (req->body != NULL)
-		evbuffer_free(req->body);
-	free(req);
-}
-
-/* Accessors. */
-
-enum http_verb
-http_request_method(struct http_request *req)
-{
-	return req->method;
-}
-
-const char *
-http_request_method_name(struct http_request *req)
-{
-	return req->method_name;
-}
-
-const char *
-http_request_path(struct http_request *req)
-{
-	return req->path;
-}
-
-const char *
-http_request_raw_target(struct http_request *req)
-{
-	return req->raw_target;
-}
-
-const char *
-http_request_raw_query(struct http_request *req)
-{
-	return req->raw_query;
-}
-
-const char *
-http_request_query(struct http_request *req, const char *name)
-{
-	for (size_t i = 0; i < req->query.n; i++) {
-		if (strcmp(req->query.v[i].name, name) == 0)
-			return req->query.v[i].value;
-	}
-	return NULL;
-}
-
-const char *
-http_request_header(struct http_request *req, const char *name)
-{
-	return http_headers_get(&req->headers, name);
-}
-
-size_t
-http_request_header_count(struct http_request *req)
-{
-	return req->headers.n;
-}
-
-void
-http_request_header_at(struct http_request *req, size_t i, const char **name,
-    const char **value)
-{
-	*name = req->headers.v[i].name;
-	*value = req->headers.v[i].value;
-}
-
-int64_t
-http_request_content_length(struct http_request *req)
-{
-	return req->content_length;
-}
-
-const char *
-http_request_peer(struct http_request *req)
-{
-	return req->conn != NULL ? req->conn->peer : "gone";
-}
-
-struct evbuffer *
-http_request_body(struct http_request *req)
-{
-	return req->body;
-}
-
-int
-http_request_connected(struct http_request *req)
-{
-	return req->conn != NULL;
-}
-
-json_t *
-http_request_json(struct http_request *req, struct error *err)
-{
-	size_t len = evbuffer_get_length(req->body);
-	json_error_t jerr;
-	json_t *json;
-
-	if (len == 0) {
-		error_set(err, 400, "request body is empty; a JSON object is expected");
-		return NULL;
-	}
-	json = json_loadb((const char *)evbuffer_pullup(req->body, -1), len,
-	    JSON_REJECT_DUPLICATES, &jerr);
-	if (json == NULL) {
-		error_set(err, 400, "malformed JSON body: %s (line %d, column %d)",
-		    jerr.text, jerr.line, jerr.column);
-		return NULL;
-	}
-	if (!json_is_object(json)) {
-		json_decref(json);
-		error_set(err, 400, "the JSON body must be an object");
-		return NULL;
-	}
-	return json;
-}
-
-void
-http_request_on_body(struct http_request *req, http_body_cb data_cb,
-    http_event_cb end_cb, void *arg)
-{
-	req->body_cb = data_cb;
-	req->body_end_cb = end_cb;
-	req->body_arg = arg;
-}
-
-void
-http_request_on_close(struct http_request *req, http_event_cb cb, void *arg)
-{
-	req->close_cb = cb;
-	req->close_arg = arg;
-}
-
-void
-http_request_on_drain(struct http_request *req, http_event_cb cb, void *arg)
-{
-	req->drain_cb = cb;
-	req->drain_arg = arg;
-}
-
-void
-http_request_pause_body(struct http_request *req)
-{
-	struct http_conn *conn = req->conn;
-
-	if (conn == NULL || conn->body_paused)
-		return;
-	conn->body_paused = 1;
-	/* Stops http_parser_execute after the current callback; the rest
-	 * stays in the input buffer, and the socket is not read meanwhile. */
-	http_parser_pause(&conn->parser, 1);
-	bufferevent_disable(conn->bev, EV_READ);
-}
-
-void
-http_request_resume_body(struct http_request *req)
-{
-	struct http_conn *conn = req->conn;
-
-	if (conn == NULL || !conn->body_paused)
-		return;
-	conn->body_paused = 0;
-	if (!conn->waiting_reply)
-		http_parser_pause(&conn->parser, 0);
-	bufferevent_enable(conn->bev, EV_READ);
-	/* Parse what is already buffered from the loop, not from inside the
-	 * caller, which may itself be in a callback of this connection. */
-	event_active(conn->resume_ev, EV_TIMEOUT, 0);
 }
 
 /* Parsing. */
@@ -861,42 +675,20 @@ conn_free(struct http_conn *conn)
 	free(conn);
 }
 
-static void
-accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
-    struct sockaddr *sa, int salen, void *arg)
+/* A new connection of the server on fd, which it now owns. */
+void
+http_conn_open(struct http_server *server, evutil_socket_t fd,
+    const char *peer)
 {
-	struct http_server *server = arg;
-	struct http_conn *conn;
-	int one = 1;
+	struct http_conn *conn = xcalloc(1, sizeof *conn);
 
-	(void)lev;
-	(void)salen;
-	conn = xcalloc(1, sizeof *conn);
 	conn->server = server;
-	if (sa->sa_family == AF_INET) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)sa;
-		char ip[INET_ADDRSTRLEN];
-
-		inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip);
-		snprintf(conn->peer, sizeof conn->peer, "%s:%u", ip,
-		    ntohs(sin->sin_port));
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	} else if (sa->sa_family == AF_INET6) {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)sa;
-		char ip[INET6_ADDRSTRLEN];
-
-		inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof ip);
-		snprintf(conn->peer, sizeof conn->peer, "[%s]:%u", ip,
-		    ntohs(sin6->sin6_port));
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	} else {
-		snprintf(conn->peer, sizeof conn->peer, "unix");
-	}
+	snprintf(conn->peer, sizeof conn->peer, "%s", peer);
 	conn->bev = bufferevent_socket_new(server->base, fd,
 	    BEV_OPT_CLOSE_ON_FREE);
 	if (conn->bev == NULL) {
 		log_warn("http: cannot set up a connection from %s", conn->peer);
-		close(fd);
+		evutil_closesocket(fd);
 		free(conn);
 		return;
 	}
@@ -918,17 +710,6 @@ accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
 	bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
 }
 
-static void
-accept_error_cb(struct evconnlistener *lev, void *arg)
-{
-	int e = EVUTIL_SOCKET_ERROR();
-
-	(void)lev;
-	(void)arg;
-	/* EMFILE and friends: keep serving the connections we have. */
-	log_warn("http: accept failed: %s", strerror(e));
-}
-
 struct http_server *
 http_server_new(struct event_base *base, const struct http_server_config *cfg)
 {
@@ -947,135 +728,6 @@ http_server_new(struct event_base *base, const struct http_server_config *cfg)
 	return server;
 }
 
-static int
-listen_unix(struct http_server *server, const char *path, struct error *err)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	struct evconnlistener *lev;
-	struct http_listener *l;
-	struct stat st;
-	int fd;
-
-	if (strlen(path) >= sizeof sun.sun_path) {
-		error_set(err, 400, "unix socket path too long: %s", path);
-		return -1;
-	}
-	strcpy(sun.sun_path, path);
-	/* A socket left by an earlier run that died; never remove a file
-	 * that is not a socket. */
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			error_set(err, 409, "%s exists and is not a socket", path);
-			return -1;
-		}
-		unlink(path);
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		error_set_errno(err, 500, errno, "socket");
-		return -1;
-	}
-	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
-		error_set_errno(err, 500, errno, "cannot bind %s", path);
-		close(fd);
-		return -1;
-	}
-	/* Whoever can reach the socket still needs the token. */
-	chmod(path, 0666);
-	lev = evconnlistener_new(server->base, accept_cb, server,
-	    LEV_OPT_CLOSE_ON_FREE, 1024, fd);
-	if (lev == NULL) {
-		error_set_errno(err, 500, errno, "cannot listen on %s", path);
-		close(fd);
-		unlink(path);
-		return -1;
-	}
-	evconnlistener_set_error_cb(lev, accept_error_cb);
-	server->listeners = xreallocarray(server->listeners,
-	    server->nlisteners + 1, sizeof *server->listeners);
-	l = &server->listeners[server->nlisteners++];
-	l->lev = lev;
-	l->unix_path = xstrdup(path);
-	return 0;
-}
-
-static int
-listen_tcp(struct http_server *server, const char *addr, struct error *err)
-{
-	struct sockaddr_storage ss;
-	int sslen = sizeof ss;
-	struct evconnlistener *lev;
-	struct http_listener *l;
-	const char *colon = strrchr(addr, ':');
-	char *spec;
-	int any_port;
-
-	if (colon == NULL) {
-		error_set(err, 400, "listen address %s is not HOST:PORT or "
-		    "unix:/path", addr);
-		return -1;
-	}
-	/* Resolve no names: a static binary has no NSS, and a listen
-	 * address should be explicit anyway. libevent refuses port 0 (any
-	 * free port), so that one is parsed as 1 and set back. */
-	any_port = strcmp(colon, ":0") == 0;
-	if (strncmp(addr, "localhost:", 10) == 0)
-		spec = xasprintf("127.0.0.1%s", any_port ? ":1" : colon);
-	else
-		spec = xasprintf("%.*s%s", (int)(colon - addr), addr,
-		    any_port ? ":1" : colon);
-	memset(&ss, 0, sizeof ss);
-	if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss,
-	    &sslen) < 0 || (colon[1] < '0' || colon[1] > '9')) {
-		error_set(err, 400, "bad listen address %s (want HOST:PORT with "
-		    "a numeric host, or unix:/path)", addr);
-		free(spec);
-		return -1;
-	}
-	free(spec);
-	if (any_port && ss.ss_family == AF_INET)
-		((struct sockaddr_in *)&ss)->sin_port = 0;
-	else if (any_port)
-		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-	lev = evconnlistener_new_bind(server->base, accept_cb, server,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-	    1024, (struct sockaddr *)&ss, sslen);
-	if (lev == NULL) {
-		error_set_errno(err, 500, errno, "cannot listen on %s", addr);
-		return -1;
-	}
-	evconnlistener_set_error_cb(lev, accept_error_cb);
-	sslen = sizeof ss;
-	if (getsockname(evconnlistener_get_fd(lev), (struct sockaddr *)&ss,
-	    (socklen_t *)&sslen) == 0) {
-		if (ss.ss_family == AF_INET)
-			server->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		else if (ss.ss_family == AF_INET6)
-			server->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	}
-	server->listeners = xreallocarray(server->listeners,
-	    server->nlisteners + 1, sizeof *server->listeners);
-	l = &server->listeners[server->nlisteners++];
-	l->lev = lev;
-	l->unix_path = NULL;
-	return 0;
-}
-
-int
-http_server_listen(struct http_server *server, const char *addr,
-    struct error *err)
-{
-	if (strncmp(addr, "unix:", 5) == 0)
-		return listen_unix(server, addr + 5, err);
-	return listen_tcp(server, addr, err);
-}
-
-int
-http_server_bound_port(struct http_server *server)
-{
-	return server->bound_port;
-}
-
 size_t
 http_server_connections(struct http_server *server)
 {
@@ -1087,16 +739,7 @@ http_server_close_listeners(struct http_server *server)
 {
 	struct http_conn *conn, *next;
 
-	for (size_t i = 0; i < server->nlisteners; i++) {
-		evconnlistener_free(server->listeners[i].lev);
-		if (server->listeners[i].unix_path != NULL) {
-			unlink(server->listeners[i].unix_path);
-			free(server->listeners[i].unix_path);
-		}
-	}
-	free(server->listeners);
-	server->listeners = NULL;
-	server->nlisteners = 0;
+	http_listeners_close(server);
 	for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
 		next = LIST_NEXT(conn, entry);
 		if (conn->req == NULL)
