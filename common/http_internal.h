@@ -10,6 +10,7 @@
 #include <http_parser.h>
 
 #include "http.h"
+#include "log.h"
 
 struct bufferevent;
 struct evbuffer;
@@ -58,6 +59,15 @@ struct http_server {
 	size_t nconns;
 	struct http_request *retired;	/* answered, freed by retire_ev */
 	struct event *retire_ev;
+	/* Accepting paused after running out of descriptors (http_listen.c):
+	 * resumed by backoff_ev, or as soon as a connection closes. */
+	struct event *backoff_ev;
+	double backoff;			/* seconds of the next pause */
+	int accept_paused;
+	/* Lines clients can cause as fast as they like. */
+	struct log_rate accept_log;	/* accept failures */
+	struct log_rate full_log;	/* refused at the connection limit */
+	struct log_rate slow_log;	/* cut for a slow head or body */
 };
 
 /* Owned by the server; freed when the socket closes and no request of it
@@ -70,6 +80,11 @@ struct http_conn {
 	struct http_request *req;	/* request being read or answered */
 	struct http_header_reader hr;	/* into req->headers */
 	struct event *resume_ev;	/* parse buffered input after a pause */
+	/* The head deadline, then the body's rate windows (http_server.c). */
+	struct event *limit_ev;
+	enum { LIMIT_NONE, LIMIT_HEAD, LIMIT_BODY } limit;
+	size_t window_bytes;		/* body bytes in this rate window */
+	int window_paused;		/* we paused the body in this window */
 	int waiting_reply;		/* parser paused until the reply is done */
 	int body_paused;		/* handler asked for backpressure */
 	int closing;			/* close once output is flushed */
@@ -155,7 +170,10 @@ enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
 void http_conn_open(struct http_server *server, evutil_socket_t fd,
     const char *peer);
 /* http_listen.c */
+void http_listeners_init(struct http_server *server);
 void http_listeners_close(struct http_server *server);
+/* A connection closed: accepting paused for want of descriptors may go on. */
+void http_listeners_conn_closed(struct http_server *server);
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);

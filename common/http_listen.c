@@ -1,6 +1,13 @@
 /*
  * The listening sockets of the HTTP server: TCP and unix, and what to do
  * with each connection they accept.
+ *
+ * Limits: past max_connections a new connection gets a fixed 503 and is
+ * closed at once. When accept itself fails for want of descriptors or
+ * memory, the listening socket stays readable, and libevent would call
+ * us again at once, forever: accepting pauses instead (from 50 ms,
+ * doubling to 2 s while it keeps failing), and resumes early when one of
+ * our connections closes. Every such line in the log is rate-limited.
  */
 #include "http_internal.h"
 
@@ -11,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -22,6 +30,89 @@
 #include "log.h"
 #include "xmalloc.h"
 
+#define BACKOFF_MIN	0.05	/* seconds */
+#define BACKOFF_MAX	2.0
+
+size_t
+http_default_max_connections(void)
+{
+	struct rlimit rl;
+	size_t n = 1024;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 4 < n)
+		n = rl.rlim_cur / 4;
+	return n > 0 ? n : 1;
+}
+
+static void
+set_accepting(struct http_server *server, int on)
+{
+	for (size_t i = 0; i < server->nlisteners; i++) {
+		if (on)
+			evconnlistener_enable(server->listeners[i].lev);
+		else
+			evconnlistener_disable(server->listeners[i].lev);
+	}
+}
+
+static void
+backoff_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_server *server = arg;
+
+	(void)fd;
+	(void)what;
+	server->accept_paused = 0;
+	set_accepting(server, 1);
+}
+
+void
+http_listeners_init(struct http_server *server)
+{
+	struct log_rate rate = LOG_RATE_INIT(10, 1);
+
+	server->backoff_ev = evtimer_new(server->base, backoff_cb, server);
+	server->backoff = BACKOFF_MIN;
+	server->accept_log = rate;
+	server->full_log = rate;
+	server->slow_log = rate;
+}
+
+void
+http_listeners_conn_closed(struct http_server *server)
+{
+	if (server->accept_paused) {
+		evtimer_del(server->backoff_ev);
+		backoff_cb(-1, 0, server);
+	}
+}
+
+/* Over the limit: a fixed answer, written without waiting (a fresh socket
+ * has room for it), and the socket closed. What the client already sent
+ * is read first, so the close does not reset the connection under the
+ * answer. */
+static void
+refuse_full(struct http_server *server, evutil_socket_t fd, const char *peer)
+{
+	static const char body[] = "{\"detail\":\"too many connections; "
+	    "retry later\"}";
+	char sink[4096], answer[256];
+	int n;
+
+	log_rate_msg(&server->full_log, LOG_WARN, "http: %zu connections, the "
+	    "limit: refusing %s (and others like it)", server->nconns, peer);
+	for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0;
+	    i++)
+		;
+	n = snprintf(answer, sizeof answer, "HTTP/1.1 503 Service Unavailable"
+	    "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+	    "Connection: close\r\n\r\n%s", sizeof body - 1, body);
+	if (send(fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("http: cannot refuse %s: %s", peer, strerror(errno));
+	evutil_closesocket(fd);
+}
+
 static void
 accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
     struct sockaddr *sa, int salen, void *arg)
@@ -32,6 +123,7 @@ accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
 
 	(void)lev;
 	(void)salen;
+	server->backoff = BACKOFF_MIN;
 	if (sa->sa_family == AF_INET) {
 		struct sockaddr_in *sin = (struct sockaddr_in *)sa;
 		char ip[INET_ADDRSTRLEN];
@@ -50,18 +142,39 @@ accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
 	} else {
 		snprintf(peer, sizeof peer, "unix");
 	}
+	if (server->nconns >= server->cfg.max_connections) {
+		refuse_full(server, fd, peer);
+		return;
+	}
 	http_conn_open(server, fd, peer);
 }
 
 static void
 accept_error_cb(struct evconnlistener *lev, void *arg)
 {
+	struct http_server *server = arg;
 	int e = EVUTIL_SOCKET_ERROR();
+	struct timeval tv;
 
 	(void)lev;
-	(void)arg;
-	/* EMFILE and friends: keep serving the connections we have. */
-	log_warn("http: accept failed: %s", strerror(e));
+	if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM) {
+		/* Something of that one connection: the next may do. */
+		log_rate_msg(&server->accept_log, LOG_WARN, "http: accept "
+		    "failed: %s", strerror(e));
+		return;
+	}
+	/* Keep serving the connections we have; try again later. */
+	log_rate_msg(&server->accept_log, LOG_WARN, "http: accept failed: %s "
+	    "(%zu connections open): not accepting for %.2f s", strerror(e),
+	    server->nconns, server->backoff);
+	set_accepting(server, 0);
+	server->accept_paused = 1;
+	tv.tv_sec = (time_t)server->backoff;
+	tv.tv_usec = (suseconds_t)((server->backoff - (double)tv.tv_sec) * 1e6);
+	evtimer_add(server->backoff_ev, &tv);
+	server->backoff *= 2;
+	if (server->backoff > BACKOFF_MAX)
+		server->backoff = BACKOFF_MAX;
 }
 
 static int

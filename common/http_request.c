@@ -168,6 +168,7 @@ http_request_pause_body(struct http_request *req)
 	if (conn == NULL || conn->body_paused)
 		return;
 	conn->body_paused = 1;
+	conn->window_paused = 1;
 	/* Stops http_parser_execute after the current callback; the rest
 	 * stays in the input buffer, and the socket is not read meanwhile. */
 	http_parser_pause(&conn->parser, 1);

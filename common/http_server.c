@@ -19,7 +19,6 @@
 
 #define HTTP_MAX_HEADERS	128
 #define HTTP_MAX_URL		(16 * 1024)
-#define HTTP_HEADER_TIMEOUT	60	/* seconds to send a request's headers */
 #define HTTP_IDLE_TIMEOUT	120	/* seconds a keep-alive connection may idle */
 #define HTTP_BODY_TIMEOUT	120	/* seconds between pieces of a body */
 #define HTTP_WRITE_TIMEOUT	300	/* seconds a client may stall reading */
@@ -31,6 +30,9 @@ static void conn_parse(struct http_conn *conn);
 static void conn_free(struct http_conn *conn);
 static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
+static void conn_limit_head(struct http_conn *conn);
+static void conn_limit_body(struct http_conn *conn);
+static void conn_limit_stop(struct http_conn *conn);
 
 #define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
@@ -88,7 +90,7 @@ on_message_begin(http_parser *p)
 	gettimeofday(&req->started, NULL);
 	conn->req = req;
 	http_header_reader_reset(&conn->hr);
-	conn_set_read_timeout(conn, HTTP_HEADER_TIMEOUT);
+	conn_limit_head(conn);
 	return 0;
 }
 
@@ -326,6 +328,7 @@ on_headers_complete(http_parser *p)
 
 	if (req == NULL)
 		return 0;
+	conn_limit_body(conn);
 	if (http_header_reader_end(&conn->hr, &req->headers,
 	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK)
 		return -1;
@@ -386,6 +389,7 @@ on_body(http_parser *p, const char *at, size_t len)
 	struct http_conn *conn = parser_conn(p);
 	struct http_request *req = conn->req;
 
+	conn->window_bytes += len;
 	if (req == NULL || req->rejected || req->body_aborted)
 		return 0;
 	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
@@ -426,6 +430,7 @@ on_message_complete(http_parser *p)
 	 * until this one is answered. */
 	http_parser_pause(p, 1);
 	conn->waiting_reply = 1;
+	conn_limit_stop(conn);
 	conn_set_read_timeout(conn, 0);
 	/* (A request already answered is no longer conn->req.) */
 	if (req->rejected || req->body_aborted)
@@ -457,8 +462,10 @@ conn_set_read_timeout(struct http_conn *conn, int seconds)
 	bufferevent_set_timeouts(conn->bev, seconds > 0 ? &rtv : NULL, &wtv);
 }
 
+/* End a connection whose request cannot go on, with a fixed answer (the
+ * request may not have passed auth): status and detail, both ours. */
 static void
-conn_bad_request(struct http_conn *conn, const char *why)
+conn_refuse(struct http_conn *conn, int status, const char *detail)
 {
 	struct http_request *req = conn->req;
 	char body[256], head[256];
@@ -470,12 +477,13 @@ conn_bad_request(struct http_conn *conn, const char *why)
 		http_request_free(req);
 		req = NULL;
 	}
+	conn_limit_stop(conn);
 	if (req == NULL) {
-		blen = snprintf(body, sizeof body,
-		    "{\"detail\":\"malformed HTTP request: %s\"}", why);
-		hlen = snprintf(head, sizeof head, "HTTP/1.1 400 Bad Request\r\n"
+		blen = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
+		hlen = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n"
 		    "Content-Type: application/json\r\nContent-Length: %d\r\n"
-		    "Connection: close\r\n\r\n", blen);
+		    "Connection: close\r\n\r\n", status, http_status_reason(status),
+		    blen);
 		bufferevent_write(conn->bev, head, (size_t)hlen);
 		bufferevent_write(conn->bev, body, (size_t)blen);
 	}
@@ -488,10 +496,114 @@ conn_bad_request(struct http_conn *conn, const char *why)
 }
 
 static void
+conn_bad_request(struct http_conn *conn, const char *why)
+{
+	char detail[160];
+
+	snprintf(detail, sizeof detail, "malformed HTTP request: %s", why);
+	conn_refuse(conn, 400, detail);
+}
+
+/*
+ * Time limits that an idle timeout cannot give: a head must be complete
+ * within header_timeout of its first byte, however the bytes are spaced;
+ * then, while the server reads a body, each window of body_rate_window
+ * seconds must bring body_min_rate bytes a second. A window in which we
+ * paused the body ourselves (backpressure) does not count.
+ */
+static void
+limit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *conn = arg;
+	const struct http_server_config *cfg = &conn->server->cfg;
+	struct http_request *req = conn->req;
+	size_t want;
+
+	(void)fd;
+	(void)what;
+	if (conn->limit == LIMIT_HEAD) {
+		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
+		    "complete request head in %g s: closed", conn->peer,
+		    cfg->header_timeout);
+		conn_refuse(conn, 408, "request head not complete in time");
+		return;
+	}
+	want = (size_t)((double)cfg->body_min_rate * cfg->body_rate_window);
+	if (conn->window_paused || conn->body_paused ||
+	    conn->window_bytes >= want) {
+		conn->window_bytes = 0;
+		conn->window_paused = conn->body_paused;
+		return;
+	}
+	log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: request "
+	    "body under %zu bytes/s for %g s: closed", conn->peer,
+	    cfg->body_min_rate, cfg->body_rate_window);
+	if (req != NULL && !req->dispatched) {
+		struct error err;
+
+		error_set(&err, 408, "request body too slow: under %zu bytes/s "
+		    "for %g s", cfg->body_min_rate, cfg->body_rate_window);
+		reject(req, &err);
+		return;
+	}
+	/* Its handler reads the body and owns the answer: it hears of the
+	 * cut as of a client gone. */
+	conn_free(conn);
+}
+
+/* The head deadline runs from the first byte of a request (blank lines
+ * before one included, which http-parser skips without a callback). */
+static void
+conn_limit_head(struct http_conn *conn)
+{
+	struct timeval tv;
+
+	if (conn->limit == LIMIT_HEAD)
+		return;
+	tv.tv_sec = (time_t)conn->server->cfg.header_timeout;
+	tv.tv_usec = (suseconds_t)((conn->server->cfg.header_timeout -
+	    (double)tv.tv_sec) * 1e6);
+	conn->limit = LIMIT_HEAD;
+	event_del(conn->limit_ev);
+	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+static void
+conn_limit_body(struct http_conn *conn)
+{
+	const struct http_server_config *cfg = &conn->server->cfg;
+	struct timeval tv;
+
+	conn_limit_stop(conn);
+	if (cfg->body_min_rate == 0)
+		return;
+	tv.tv_sec = (time_t)cfg->body_rate_window;
+	tv.tv_usec = (suseconds_t)((cfg->body_rate_window -
+	    (double)tv.tv_sec) * 1e6);
+	conn->limit = LIMIT_BODY;
+	conn->window_bytes = 0;
+	conn->window_paused = 0;
+	event_assign(conn->limit_ev, conn->server->base, -1, EV_PERSIST,
+	    limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+static void
+conn_limit_stop(struct http_conn *conn)
+{
+	conn->limit = LIMIT_NONE;
+	event_del(conn->limit_ev);
+}
+
+static void
 conn_parse(struct http_conn *conn)
 {
 	struct evbuffer *in = bufferevent_get_input(conn->bev);
 
+	if (conn->req == NULL && !conn->waiting_reply && !conn->closing &&
+	    evbuffer_get_length(in) > 0)
+		conn_limit_head(conn);
 	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
 		struct evbuffer_iovec vec;
 		size_t n;
@@ -547,6 +659,7 @@ http_conn_reply_done(struct http_request *req)
 		http_parser_pause(&conn->parser, 1);
 	}
 	conn->req = NULL;
+	conn_limit_stop(conn);
 	if (req->reply_close || !req->keepalive)
 		conn->closing = 1;
 	http_request_retire(req);
@@ -671,7 +784,9 @@ conn_free(struct http_conn *conn)
 	conn->server->nconns--;
 	bufferevent_free(conn->bev);
 	event_free(conn->resume_ev);
+	event_free(conn->limit_ev);
 	http_header_reader_free(&conn->hr);
+	http_listeners_conn_closed(conn->server);
 	free(conn);
 }
 
@@ -694,6 +809,7 @@ http_conn_open(struct http_server *server, evutil_socket_t fd,
 	}
 	http_header_reader_init(&conn->hr);
 	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
+	conn->limit_ev = event_new(server->base, -1, 0, limit_cb, conn);
 	http_parser_init(&conn->parser, HTTP_REQUEST);
 	conn->parser.data = conn;
 	LIST_INSERT_HEAD(&server->conns, conn, entry);
@@ -723,8 +839,15 @@ http_server_new(struct event_base *base, const struct http_server_config *cfg)
 		server->cfg.auth_missing_detail = "Authentication required";
 	if (server->cfg.auth_wrong_detail == NULL)
 		server->cfg.auth_wrong_detail = "Invalid token";
+	if (server->cfg.max_connections == 0)
+		server->cfg.max_connections = http_default_max_connections();
+	if (!(server->cfg.header_timeout > 0))
+		server->cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
+	if (!(server->cfg.body_rate_window > 0))
+		server->cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
 	LIST_INIT(&server->conns);
 	server->retire_ev = event_new(base, -1, 0, retired_cb, server);
+	http_listeners_init(server);
 	return server;
 }
 
@@ -755,5 +878,6 @@ http_server_free(struct http_server *server)
 		conn_free(LIST_FIRST(&server->conns));
 	retired_cb(-1, 0, server);
 	event_free(server->retire_ev);
+	event_free(server->backoff_ev);
 	free(server);
 }

@@ -69,11 +69,72 @@ json_route(struct http_request *req, void *arg)
 	http_reply_json(req, 200, body);
 }
 
+/* POST /sink, streamed: counts the body, pausing it for 0.5 s at the
+ * first piece (backpressure, as a slow disk or agent would make). */
+struct sink {
+	struct http_request *req;
+	struct event *resume;
+	size_t got;
+	int paused_once;
+};
+
+static void
+sink_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct sink *k = arg;
+
+	(void)fd;
+	(void)what;
+	http_request_resume_body(k->req);
+}
+
+static int
+sink_body_cb(struct http_request *req, const char *data, size_t len,
+    void *arg)
+{
+	struct sink *k = arg;
+	struct timeval tv = { 0, 500000 };
+
+	(void)data;
+	k->got += len;
+	if (!k->paused_once) {
+		k->paused_once = 1;
+		http_request_pause_body(req);
+		evtimer_add(k->resume, &tv);
+	}
+	return 0;
+}
+
+static void
+sink_end_cb(struct http_request *req, void *arg)
+{
+	struct sink *k = arg;
+	char text[32];
+
+	snprintf(text, sizeof text, "%zu", k->got);
+	event_free(k->resume);
+	free(k);
+	http_reply(req, 200, "text/plain", text, strlen(text));
+}
+
+static void
+sink_route(struct http_request *req, void *arg)
+{
+	struct sink *k = calloc(1, sizeof *k);
+
+	(void)arg;
+	k->req = req;
+	k->resume = evtimer_new(base, sink_resume_cb, k);
+	http_request_on_body(req, sink_body_cb, sink_end_cb, k);
+}
+
 static const struct http_route routes[] = {
 	{ HTTP_METHOD_GET, "/open", HTTP_MATCH_EXACT, HTTP_ROUTE_NO_AUTH,
 	    open_route, 0 },
 	{ HTTP_METHOD_GET, "/twice", HTTP_MATCH_EXACT, 0, twice_route, 0 },
 	{ HTTP_METHOD_POST, "/json", HTTP_MATCH_EXACT, 0, json_route, 0 },
+	{ HTTP_METHOD_POST, "/sink", HTTP_MATCH_EXACT, HTTP_ROUTE_STREAM_BODY,
+	    sink_route, 0 },
 };
 
 static void
@@ -368,6 +429,156 @@ test_unknown_paths_need_auth(void **state)
 	free(s);
 }
 
+static void
+restart_server(void)
+{
+	http_server_free(server);
+	start_server();
+}
+
+/* Read what fd receives until it closes (the loop running meanwhile);
+ * a string to free. */
+static char *
+read_until_closed(int fd)
+{
+	struct exchange x = { .fd = fd };
+	struct timeval tv = { 20, 0 };
+	struct event *rev, *guard;
+	char *s;
+	size_t n;
+
+	x.out = evbuffer_new();
+	rev = event_new(base, fd, EV_READ | EV_PERSIST, exchange_read_cb, &x);
+	event_add(rev, NULL);
+	guard = evtimer_new(base, guard_cb, NULL);
+	guard_fired = 0;
+	evtimer_add(guard, &tv);
+	while (!x.eof && !guard_fired)
+		event_base_loop(base, EVLOOP_ONCE);
+	event_free(guard);
+	event_free(rev);
+	assert_false(guard_fired);
+	n = evbuffer_get_length(x.out);
+	s = malloc(n + 1);
+	evbuffer_remove(x.out, s, n);
+	s[n] = '\0';
+	evbuffer_free(x.out);
+	return s;
+}
+
+static void
+spin(int turns)
+{
+	for (int i = 0; i < turns; i++)
+		event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+static void
+test_connection_limit(void **state)
+{
+	int a, b, c;
+	char *s;
+
+	(void)state;
+	cfg.max_connections = 2;
+	restart_server();
+	a = client_connect();
+	b = client_connect();
+	spin(10);
+	assert_int_equal(http_server_connections(server), 2);
+	c = client_connect();
+	s = read_until_closed(c);
+	assert_answer(s, "HTTP/1.1 503 ",
+	    "{\"detail\":\"too many connections; retry later\"}");
+	free(s);
+	close(c);
+	/* One closes: the next is served. */
+	close(a);
+	spin(10);
+	assert_int_equal(http_server_connections(server), 1);
+	s = EXCHANGE("GET /open HTTP/1.1\r\nHost: x\r\nConnection: close"
+	    "\r\n\r\n");
+	assert_answer(s, "HTTP/1.1 200 ", "open");
+	free(s);
+	close(b);
+}
+
+/* A head must be whole within header_timeout of its first byte, not
+ * merely keep coming. */
+static void
+test_head_deadline(void **state)
+{
+	static const char *const starts[] = {
+		"GET /open HTTP/1.1\r\nHost: x\r\nX-Slow: a",
+		"\r\n",	/* blank lines before a request */
+	};
+	char *s;
+
+	(void)state;
+	cfg.header_timeout = 0.3;
+	restart_server();
+	for (size_t i = 0; i < 2; i++) {
+		int fd = client_connect();
+		ssize_t len = (ssize_t)strlen(starts[i]);
+
+		assert_int_equal(write(fd, starts[i], (size_t)len), len);
+		/* Bytes keep coming, a few every 50 ms. */
+		for (int k = 0; k < 3; k++) {
+			usleep(50000);
+			spin(5);
+			assert_int_equal(write(fd, i == 0 ? "b" : "\r\n",
+			    i == 0 ? 1 : 2), i == 0 ? 1 : 2);
+		}
+		s = read_until_closed(fd);
+		assert_answer(s, "HTTP/1.1 408 ", "{\"detail\":\"request "
+		    "head not complete in time\"}");
+		free(s);
+		close(fd);
+	}
+}
+
+static void
+test_body_min_rate(void **state)
+{
+	static const char head[] = "POST /json HTTP/1.1\r\nHost: x\r\n" AUTH
+	    "Content-Length: 100000\r\n\r\n{\"a\":";
+	int fd;
+	char *s;
+
+	(void)state;
+	cfg.body_min_rate = 1000;
+	cfg.body_rate_window = 0.2;
+	restart_server();
+	fd = client_connect();
+	assert_int_equal(write(fd, head, sizeof head - 1),
+	    (ssize_t)(sizeof head - 1));
+	s = read_until_closed(fd);
+	assert_answer(s, "HTTP/1.1 408 ", "{\"detail\":\"request body too "
+	    "slow: under 1000 bytes/s for 0.2 s\"}");
+	free(s);
+	close(fd);
+}
+
+/* Windows in which the server itself held the body back do not count. */
+static void
+test_body_rate_spares_backpressure(void **state)
+{
+	static char req[200000];
+	int n;
+	char *s;
+
+	(void)state;
+	cfg.body_min_rate = 1000;
+	cfg.body_rate_window = 0.2;
+	restart_server();
+	n = snprintf(req, sizeof req, "POST /sink HTTP/1.1\r\nHost: x\r\n"
+	    AUTH "Content-Length: 150000\r\nConnection: close\r\n\r\n");
+	memset(req + n, 'x', 150000);
+	s = exchange(req, (size_t)n + 150000);
+	assert_answer(s, "HTTP/1.1 200 ", "150000");
+	free(s);
+}
+
 int
 main(void)
 {
@@ -379,6 +590,10 @@ main(void)
 		T(test_folded_header_is_refused),
 		T(test_folded_header_in_pieces),
 		T(test_unknown_paths_need_auth),
+		T(test_connection_limit),
+		T(test_head_deadline),
+		T(test_body_min_rate),
+		T(test_body_rate_spares_backpressure),
 #undef T
 	};
 
