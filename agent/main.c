@@ -52,7 +52,8 @@ static const struct config_option options[] = {
 	{ "--output-cap", "AGENT_OUTPUT_CAP", CONFIG_SIZE, &agent.cfg.output_cap,
 	    "SIZE", "bytes kept per stream of a command (default 16M)" },
 	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
-	    "SIZE", "largest JSON request body (default 32M)" },
+	    "SIZE", "largest JSON body of run_shell_command, run_ipython_cell "
+	    "and call_tool (default 32M; other routes take 1M)" },
 	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
 	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,

@@ -140,8 +140,11 @@ int64_t http_request_content_length(struct http_request *req);
 const char *http_request_peer(struct http_request *req);
 /* Buffered body (ordinary routes). */
 struct evbuffer *http_request_body(struct http_request *req);
-/* Parse the buffered body as a JSON object; 400 on anything else. New ref. */
+/* Parse the buffered body as a JSON object; 400 on anything else, 413 if
+ * its structure would cost too much memory (http_json.c). New ref. */
 json_t *http_request_json(struct http_request *req, struct error *err);
+/* The same for any text: what http_request_json does with the body. */
+json_t *http_json_parse(const char *text, size_t len, struct error *err);
 /* Whether the client is still there to receive a reply. */
 int http_request_connected(struct http_request *req);
 

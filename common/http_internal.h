@@ -121,6 +121,7 @@ struct http_request {
 	int64_t content_length;
 	int keepalive;
 	struct evbuffer *body;
+	size_t body_received;		/* bytes of body read, streamed or not */
 	size_t body_limit;
 	int rejected;			/* answered before the body was read */
 	int dispatched;			/* handler has run */
@@ -144,6 +145,9 @@ struct http_request {
 	struct timeval started;
 	struct http_request *retired_next;
 };
+
+/* A request whose body was at least this large trims the heap when freed. */
+#define HTTP_TRIM_AFTER		(1024 * 1024)
 
 /* http_headers.c */
 void http_headers_add(struct http_headers *h, char *name, char *value);

@@ -4,6 +4,7 @@
  */
 #include "http_internal.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,12 @@ http_request_free(struct http_request *req)
 	http_headers_clear(&req->out_headers);
 	if (req->body != NULL)
 		evbuffer_free(req->body);
+	/* glibc keeps freed memory for later, and its mmap threshold grows
+	 * with the blocks it frees: after a large body (and the JSON it
+	 * made), give back what it holds, so the memory a request took
+	 * returns to the system once it is answered. */
+	if (req->body_received >= HTTP_TRIM_AFTER)
+		malloc_trim(0);
 	free(req);
 }
 
@@ -115,26 +122,9 @@ json_t *
 http_request_json(struct http_request *req, struct error *err)
 {
 	size_t len = evbuffer_get_length(req->body);
-	json_error_t jerr;
-	json_t *json;
 
-	if (len == 0) {
-		error_set(err, 400, "request body is empty; a JSON object is expected");
-		return NULL;
-	}
-	json = json_loadb((const char *)evbuffer_pullup(req->body, -1), len,
-	    JSON_REJECT_DUPLICATES, &jerr);
-	if (json == NULL) {
-		error_set(err, 400, "malformed JSON body: %s (line %d, column %d)",
-		    jerr.text, jerr.line, jerr.column);
-		return NULL;
-	}
-	if (!json_is_object(json)) {
-		json_decref(json);
-		error_set(err, 400, "the JSON body must be an object");
-		return NULL;
-	}
-	return json;
+	return http_json_parse(len > 0 ?
+	    (const char *)evbuffer_pullup(req->body, -1) : "", len, err);
 }
 
 void

@@ -392,6 +392,7 @@ on_body(http_parser *p, const char *at, size_t len)
 	conn->window_bytes += len;
 	if (req == NULL || req->rejected || req->body_aborted)
 		return 0;
+	req->body_received += len;
 	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
 		if (req->body_cb == NULL)
 			return 0;

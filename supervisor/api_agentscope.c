@@ -600,24 +600,31 @@ route_cleanup(struct http_request *req, void *arg)
 #define PROXY_METHODS (HTTP_METHOD_GET | HTTP_METHOD_POST | HTTP_METHOD_PUT | \
     HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
 #define EXACT HTTP_MATCH_EXACT
+/* Body limits: call_tool relays a tool's arguments (a command, code, a
+ * file's content) and takes the server's limit (32 MiB); the other methods
+ * name a sandbox and options, for which 1 MiB is plenty. */
+#define SMALL (1024 * 1024)
+#define LARGE 0
 
 static const struct http_route routes[] = {
-	{ HTTP_METHOD_GET, "/health", EXACT, HTTP_ROUTE_NO_AUTH, route_health, 0 },
-	{ POST, "/create_from_pool", EXACT, 0, route_create_from_pool, 0 },
-	{ POST, "/create", EXACT, 0, route_create, 0 },
-	{ POST, "/release", EXACT, 0, route_release, 0 },
-	{ POST, "/start", EXACT, 0, route_start, 0 },
-	{ POST, "/stop", EXACT, 0, route_stop, 0 },
-	{ GETPOST, "/get_status", EXACT, 0, route_get_status, 0 },
-	{ GETPOST, "/get_info", EXACT, 0, route_get_info, 0 },
-	{ GETPOST, "/check_health", EXACT, 0, route_check_health, 0 },
-	{ GETPOST, "/list_tools", EXACT, 0, route_list_tools, 0 },
-	{ POST, "/call_tool", EXACT, 0, route_call_tool, 0 },
-	{ POST, "/add_mcp_servers", EXACT, 0, route_add_mcp_servers, 0 },
+	{ HTTP_METHOD_GET, "/health", EXACT, HTTP_ROUTE_NO_AUTH, route_health,
+	    SMALL },
+	{ POST, "/create_from_pool", EXACT, 0, route_create_from_pool, SMALL },
+	{ POST, "/create", EXACT, 0, route_create, SMALL },
+	{ POST, "/release", EXACT, 0, route_release, SMALL },
+	{ POST, "/start", EXACT, 0, route_start, SMALL },
+	{ POST, "/stop", EXACT, 0, route_stop, SMALL },
+	{ GETPOST, "/get_status", EXACT, 0, route_get_status, SMALL },
+	{ GETPOST, "/get_info", EXACT, 0, route_get_info, SMALL },
+	{ GETPOST, "/check_health", EXACT, 0, route_check_health, SMALL },
+	{ GETPOST, "/list_tools", EXACT, 0, route_list_tools, SMALL },
+	{ POST, "/call_tool", EXACT, 0, route_call_tool, LARGE },
+	{ POST, "/add_mcp_servers", EXACT, 0, route_add_mcp_servers, SMALL },
 	{ GETPOST, "/get_session_mapping", EXACT, 0, route_get_session_mapping,
-	    0 },
-	{ GETPOST, "/list_session_keys", EXACT, 0, route_list_session_keys, 0 },
-	{ POST, "/cleanup", EXACT, 0, route_cleanup, 0 },
+	    SMALL },
+	{ GETPOST, "/list_session_keys", EXACT, 0, route_list_session_keys,
+	    SMALL },
+	{ POST, "/cleanup", EXACT, 0, route_cleanup, SMALL },
 	{ PROXY_METHODS, "/proxy/", HTTP_MATCH_PREFIX,
 	    HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH, proxy_route, 0 },
 };
