@@ -57,6 +57,7 @@ struct http_server {
 	int bound_port;
 	LIST_HEAD(, http_conn) conns;
 	size_t nconns;
+	size_t nrequests;		/* begun and not yet freed */
 	struct http_request *retired;	/* answered, freed by retire_ev */
 	struct event *retire_ev;
 	/* Accepting paused after running out of descriptors (http_listen.c):

@@ -29,6 +29,7 @@ http_request_free(struct http_request *req)
 	 * returns to the system once it is answered. */
 	if (req->body_received >= HTTP_TRIM_AFTER)
 		malloc_trim(0);
+	req->server->nrequests--;
 	free(req);
 }
 

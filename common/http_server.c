@@ -87,6 +87,7 @@ on_message_begin(http_parser *p)
 	req->server = conn->server;
 	req->content_length = -1;
 	req->body = evbuffer_new();
+	conn->server->nrequests++;
 	gettimeofday(&req->started, NULL);
 	conn->req = req;
 	http_header_reader_reset(&conn->hr);
