@@ -144,7 +144,8 @@ $(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2)
 	$(CC) $(SAN_FLAGS) -o $@ $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
 
 # sandboxd's tests likewise against an ASan/UBSan sandboxd (the fixtures
-# require every sandboxd to exit 0 on SIGTERM: no error, no leak).
+# require every sandboxd to exit 0 on SIGTERM: no error, no leak), and the
+# hostile-input modules (test_hostile_*.py) against both ASan builds.
 SANDBOXD_ASAN := $(BUILD)/asan-sandboxd/sandboxd
 SANDBOXD_ASAN_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/asan/%.o)
 .SECONDARY: $(SANDBOXD_ASAN_OBJ)
@@ -161,6 +162,11 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
 		$(sort $(wildcard tests/integration/test_sandboxd_*.py)))
+	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
+	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN)) \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
+		tools/with-dockerd tools/run-integration -m "not memory" \
+		$(sort $(wildcard tests/integration/test_hostile_*.py))
 
 # Fuzzing (tests/fuzz/): libFuzzer targets built with clang. `make fuzz`
 # runs each for FUZZ_SECONDS, its new inputs kept under build/fuzz/corpus
