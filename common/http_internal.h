@@ -81,9 +81,10 @@ struct http_conn {
 	struct http_request *req;	/* request being read or answered */
 	struct http_header_reader hr;	/* into req->headers */
 	struct event *resume_ev;	/* parse buffered input after a pause */
-	/* The head deadline, then the body's rate windows (http_server.c). */
+	/* The head deadline, then the body's rate windows, or the end of
+	 * lingering (http_server.c). */
 	struct event *limit_ev;
-	enum { LIMIT_NONE, LIMIT_HEAD, LIMIT_BODY } limit;
+	enum { LIMIT_NONE, LIMIT_HEAD, LIMIT_BODY, LIMIT_LINGER } limit;
 	size_t window_bytes;		/* body bytes in this rate window */
 	int window_paused;		/* we paused the body in this window */
 	int waiting_reply;		/* parser paused until the reply is done */

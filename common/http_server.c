@@ -33,6 +33,7 @@ static void conn_flushed_close(struct http_conn *conn);
 static void conn_limit_head(struct http_conn *conn);
 static void conn_limit_body(struct http_conn *conn);
 static void conn_limit_stop(struct http_conn *conn);
+static void conn_limit_linger(struct http_conn *conn);
 
 #define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
@@ -523,6 +524,10 @@ limit_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (conn->limit == LIMIT_LINGER) {
+		conn_free(conn);
+		return;
+	}
 	if (conn->limit == LIMIT_HEAD) {
 		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
 		    "complete request head in %g s: closed", conn->peer,
@@ -588,6 +593,19 @@ conn_limit_body(struct http_conn *conn)
 	conn->window_paused = 0;
 	event_assign(conn->limit_ev, conn->server->base, -1, EV_PERSIST,
 	    limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+/* Lingering ends HTTP_LINGER_SECONDS after it began, however the client
+ * keeps sending: the read timeout alone is an idle one. */
+static void
+conn_limit_linger(struct http_conn *conn)
+{
+	struct timeval tv = { HTTP_LINGER_SECONDS, 0 };
+
+	conn_limit_stop(conn);
+	conn->limit = LIMIT_LINGER;
+	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
 	event_add(conn->limit_ev, &tv);
 }
 
@@ -704,6 +722,7 @@ conn_flushed_close(struct http_conn *conn)
 	bufferevent_setwatermark(conn->bev, EV_READ, 0, 0);
 	conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
 	bufferevent_enable(conn->bev, EV_READ);
+	conn_limit_linger(conn);
 }
 
 static void

@@ -579,6 +579,42 @@ test_body_rate_spares_backpressure(void **state)
 	free(s);
 }
 
+/* After an early answer the server reads and drops what the client still
+ * sends, for a while: a while in all, not an idle while. */
+static void
+test_linger_has_an_end(void **state)
+{
+	static const char head[] = "POST /json HTTP/1.1\r\nHost: x\r\n"
+	    "Content-Length: 1000000\r\n\r\n{";
+	int fd, closed = 0;
+	char buf[4096];
+
+	(void)state;
+	fd = client_connect();
+	assert_int_equal(write(fd, head, sizeof head - 1),
+	    (ssize_t)(sizeof head - 1));
+	/* A byte every 0.2 s, for at most 10 s. */
+	for (int i = 0; i < 50 && !closed; i++) {
+		struct timeval tv = { 0, 200000 };
+		struct event *guard = evtimer_new(base, guard_cb, NULL);
+		ssize_t n;
+
+		guard_fired = 0;
+		evtimer_add(guard, &tv);
+		while (!guard_fired)
+			event_base_loop(base, EVLOOP_ONCE);
+		event_free(guard);
+		/* The answer, then the end of the server's half (it shut its
+		 * side at once); only writes tell whether it still reads. */
+		while ((n = read(fd, buf, sizeof buf)) > 0)
+			;
+		if (write(fd, "x", 1) < 0)
+			closed = 1;
+	}
+	close(fd);
+	assert_true(closed);
+}
+
 int
 main(void)
 {
@@ -594,6 +630,7 @@ main(void)
 		T(test_head_deadline),
 		T(test_body_min_rate),
 		T(test_body_rate_spares_backpressure),
+		T(test_linger_has_an_end),
 #undef T
 	};
 
