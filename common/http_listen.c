@@ -101,7 +101,7 @@ refuse_full(struct http_server *server, evutil_socket_t fd, const char *peer)
 	int n;
 
 	log_rate_msg(&server->full_log, LOG_WARN, "http: %zu connections, the "
-	    "limit: refusing %s (and others like it)", server->nconns, peer);
+	    "limit: refusing %s", server->nconns, peer);
 	for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0;
 	    i++)
 		;
