@@ -118,6 +118,12 @@ test_large_legitimate_bodies(void **state)
 	    "\"newText\": \"another line\"},", 20000, "]}", &len);
 	expect(s, len, 0);
 	free(s);
+	/* Brackets, braces and escaped quotes inside strings (code) are
+	 * text, not structure. */
+	s = repeat("{\"code\": \"", "x = [[], {}, 1]; y = \\\"[]\\\"; ",
+	    500000, "\"}", &len);
+	expect(s, len, 0);
+	free(s);
 	/* Small bodies are never refused for their structure. */
 	s = repeat("{\"x\": [", "[],", 3000, "]}", &len);
 	expect(s, len, 0);
