@@ -106,9 +106,8 @@ reply_begin(struct http_request *req)
 		return -1;
 	}
 	if (req->conn == NULL) {
-		req->reply = REPLY_DONE;
 		access_log(req);
-		http_request_free(req);
+		http_request_retire(req);
 		return -1;
 	}
 	return 0;
@@ -261,10 +260,14 @@ http_reply_pending(struct http_request *req)
 void
 http_reply_end(struct http_request *req)
 {
+	if (req->reply == REPLY_DONE) {
+		log_error("http: a second reply end to %s %s was dropped",
+		    req->method_name, req->path);
+		return;
+	}
 	if (req->conn == NULL) {
-		req->reply = REPLY_DONE;
 		access_log(req);
-		http_request_free(req);
+		http_request_retire(req);
 		return;
 	}
 	if (req->reply != REPLY_STREAMING) {
