@@ -184,7 +184,8 @@ listen_unix(struct http_server *server, const char *path, struct error *err)
 	struct evconnlistener *lev;
 	struct http_listener *l;
 	struct stat st;
-	int fd;
+	mode_t old_mask;
+	int fd, rc;
 
 	if (strlen(path) >= sizeof sun.sun_path) {
 		error_set(err, 400, "unix socket path too long: %s", path);
@@ -205,13 +206,19 @@ listen_unix(struct http_server *server, const char *path, struct error *err)
 		error_set_errno(err, 500, errno, "socket");
 		return -1;
 	}
-	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
+	/* Whoever can reach the socket still needs the token, so it is
+	 * 0666; the mode comes from the umask at bind, never from a chmod by
+	 * name afterwards, which a peer able to write the directory could
+	 * point at another file by then. Listening happens at start, before
+	 * any thread that creates files runs. */
+	old_mask = umask(0111);
+	rc = bind(fd, (struct sockaddr *)&sun, sizeof sun);
+	umask(old_mask);
+	if (rc < 0) {
 		error_set_errno(err, 500, errno, "cannot bind %s", path);
 		close(fd);
 		return -1;
 	}
-	/* Whoever can reach the socket still needs the token. */
-	chmod(path, 0666);
 	lev = evconnlistener_new(server->base, accept_cb, server,
 	    LEV_OPT_CLOSE_ON_FREE, 1024, fd);
 	if (lev == NULL) {

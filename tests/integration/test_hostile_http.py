@@ -20,12 +20,13 @@ import json
 import os
 import resource
 import socket
+import subprocess
 import time
 
 import pytest
 import requests
 
-from conftest import rss_kib
+from conftest import AGENT_BIN, free_port, rss_kib
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
 
 TOKEN = "test-token"
@@ -396,3 +397,84 @@ def test_sandboxd_json_bodies_are_bounded(start_sandboxd):
     grown = rss_kib(s.proc.pid, "VmHWM") - hwm
     assert grown < 128 * 1024, f"peak RSS grew by {grown} KiB"
     assert s.containers() == {}
+
+
+# The unix socket's mode.
+
+def test_agent_unix_socket_mode_is_not_set_by_name(tmp_path):
+    """The socket is made 0666 at bind, not by a chmod of its name
+    afterwards: a peer who can write the socket's directory could have
+    renamed a symlink to another file over that name by then, and root
+    would chmod that file. strace holds bind's return for a second, which
+    is the window such a peer would race for."""
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir()
+    sock = sock_dir / "agent.sock"
+    victim = tmp_path / "victim"
+    victim.write_text("root only")
+    victim.chmod(0o600)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    port = free_port()
+    log = open(tmp_path / "agent.log", "wb")
+    # -D: strace runs as a grandchild, so proc is the agent itself.
+    proc = subprocess.Popen(
+        ["strace", "-D", "-o", "/dev/null", "-e", "trace=bind",
+         "-e", "inject=bind:delay_exit=1000000:when=1",
+         AGENT_BIN, "--listen", f"unix:{sock}",
+         "--listen", f"127.0.0.1:{port}", "--workspace", str(ws)],
+        env={**os.environ, "SECRET_TOKEN": TOKEN}, stdout=log,
+        stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 10
+        while not sock.exists():
+            assert time.time() < deadline, "the agent never bound its socket"
+            time.sleep(0.005)
+        link = sock_dir / "swap"
+        link.symlink_to(victim)
+        os.rename(link, sock)
+        deadline = time.time() + 20
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1,
+                                headers={"Authorization": "Bearer " + TOKEN}).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None, "the agent exited"
+            assert time.time() < deadline, "the agent never served"
+            time.sleep(0.05)
+        assert oct(victim.stat().st_mode & 0o7777) == oct(0o600)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def test_agent_unix_socket_is_0666(tmp_path):
+    """Whoever reaches the socket still needs the token: it is 0666
+    whatever the umask the agent was started with."""
+    sock = tmp_path / "agent.sock"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = subprocess.Popen(
+        ["sh", "-c", 'umask 077; exec "$@"', "sh", AGENT_BIN,
+         "--listen", f"unix:{sock}", "--workspace", str(ws)],
+        env={**os.environ, "SECRET_TOKEN": TOKEN},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while True:
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(str(sock))
+                break
+            except OSError:
+                assert time.time() < deadline, "the agent never listened"
+                time.sleep(0.05)
+            finally:
+                s.close()
+        assert oct(sock.stat().st_mode & 0o777) == oct(0o666)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
