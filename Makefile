@@ -1,7 +1,9 @@
 # sandbox-agent and sandboxd. See README.md.
 #   make deps    install build and test dependencies (Debian 12, as root) and build
 #   make         build agent/sandbox-agent (static) and supervisor/sandboxd
-#   make test    unit tests (plain and ASan/UBSan) and integration tests
+#   make test    unit tests (plain and ASan/UBSan), the fuzz corpus replayed
+#                under ASan/UBSan, and integration tests
+#   make fuzz    each fuzz target for FUZZ_SECONDS (clang's libFuzzer)
 #   make images  build the sandbox images with tools/build-image
 #   make run     build the images it serves and start sandboxd (foreground)
 #   make bench   benchmarks; figures go to the README
@@ -35,7 +37,8 @@ AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
-.PHONY: all deps test unit unit-asan integration integration-asan images run bench clean
+.PHONY: all deps test unit unit-asan integration integration-asan images run bench clean \
+	fuzz fuzz-replay
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
@@ -153,10 +156,9 @@ $(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 	$(CC) $(SAN_FLAGS) -o $@ $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
 
 # sandboxd's tests likewise against an ASan/UBSan sandboxd (the fixtures
-# require every sandboxd to exit 0 on SIGTERM: no error, no leak), the
-# hostile-agent ones included: an overflow there only aborts under UBSan.
-# The hostile desktop viewers meet both (an agent on the host, sandboxd in
-# front of the images' agents), so they run with both built so.
+# require every sandboxd to exit 0 on SIGTERM: no error, no leak), and the
+# hostile-input modules (test_hostile_*.py) against both ASan builds (an
+# overflow from a hostile agent only aborts under UBSan).
 SANDBOXD_ASAN := $(BUILD)/asan-sandboxd/sandboxd
 SANDBOXD_ASAN_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/asan/%.o)
 .SECONDARY: $(SANDBOXD_ASAN_OBJ)
@@ -168,20 +170,83 @@ $(SANDBOXD_ASAN): $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ)
 integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
-		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py) \
-		$(filter-out %/test_hostile_sandboxd.py %/test_hostile_desktop.py,$(wildcard tests/integration/test_hostile_*.py)))
+		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py))
 	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
-		$(sort $(wildcard tests/integration/test_sandboxd_*.py \
-		tests/integration/test_hostile_sandboxd.py)))
-	$(if $(SUPERVISOR_TARGET),SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
-	SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
+		$(sort $(wildcard tests/integration/test_sandboxd_*.py)))
+	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
+	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN)) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
-		tests/integration/test_hostile_desktop.py)
+		$(sort $(wildcard tests/integration/test_hostile_*.py))
 
-test: all unit unit-asan integration integration-asan
+# Fuzzing (tests/fuzz/): libFuzzer targets built with clang. `make fuzz`
+# runs each for FUZZ_SECONDS, its new inputs kept under build/fuzz/corpus
+# (the committed seeds in tests/fuzz/corpus are read, never written) and
+# any crash saved as build/fuzz/crash-TARGET-*. `make fuzz-replay`, part of
+# `make test`, runs the same targets over the committed corpus through a
+# plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
+FUZZ_TARGETS := http_server http_head multipart agent_json
+FUZZ_SECONDS ?= 180
+FUZZ_CC ?= clang
+FUZZ_ARGS ?=
+FUZZ_SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+FUZZ_SUPPORT := tests/fuzz/harness.c tests/fuzz/routes.c
+FUZZ_INC := -Iagent -Itests/fuzz
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+FUZZ_REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/fuzz_%)
+FUZZ_COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_AGENT_OBJ := $(filter-out %/main.o,$(AGENT_SRC:%.c=$(BUILD)/fuzz/obj/%.o))
+FUZZ_AGENT_LIB := $(BUILD)/fuzz/libagent.a
+AGENT_ASAN_LIB := $(BUILD)/asan/libagent.a
+.SECONDARY: $(FUZZ_COMMON_OBJ) $(FUZZ_AGENT_OBJ) \
+	$(FUZZ_SUPPORT:%.c=$(BUILD)/fuzz/obj/%.o)
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+		-MMD -MP -c $< -o $@
+
+# The agent's modules but main.c, for the targets that serve its routes.
+$(FUZZ_AGENT_LIB): $(FUZZ_AGENT_OBJ) $(AGENT_EMBED:%=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(AGENT_ASAN_LIB): $(filter-out %/main.o,$(AGENT_ASAN_OBJ))
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SUPPORT:%.c=$(BUILD)/fuzz/obj/%.o) \
+    $(FUZZ_AGENT_LIB) $(FUZZ_COMMON_OBJ) $(LIBGIT2)
+	$(FUZZ_CC) $(CFLAGS_BASE) $(FUZZ_INC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ \
+		$< $(FUZZ_SUPPORT:%.c=$(BUILD)/fuzz/obj/%.o) $(FUZZ_AGENT_LIB) \
+		$(FUZZ_COMMON_OBJ) $(AGENT_LIBS)
+
+$(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_SUPPORT) \
+    $(AGENT_ASAN_LIB) $(COMMON_ASAN_OBJ) $(LIBGIT2)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(FUZZ_INC) $(SAN_FLAGS) -o $@ $< tests/fuzz/replay.c \
+		$(FUZZ_SUPPORT) $(AGENT_ASAN_LIB) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
+
+fuzz: $(FUZZ_BIN)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(BUILD)/fuzz/corpus/$$t; \
+		echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+		$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+			-print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crash-$$t- \
+			$(FUZZ_ARGS) $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t; \
+	done
+
+fuzz-replay: $(FUZZ_REPLAY_BIN)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== fuzz_$$t over tests/fuzz/corpus/$$t (asan/ubsan)"; \
+		ASAN_OPTIONS=detect_leaks=1 $(BUILD)/fuzz-replay/fuzz_$$t \
+			tests/fuzz/corpus/$$t; \
+	done
+
+test: all unit unit-asan fuzz-replay integration integration-asan
 
 images: all
 	tools/with-dockerd tools/build-image all
@@ -206,6 +271,6 @@ bench: all $(BENCH_BIN)
 
 clean:
 	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/tools $(BUILD)/httpc $(BUILD)/supervisor $(BUILD)/asan $(BUILD)/asan-agent \
-		$(BUILD)/unit $(BUILD)/unit-asan agent/sandbox-agent supervisor/sandboxd
+		$(BUILD)/unit $(BUILD)/unit-asan $(BUILD)/fuzz-replay agent/sandbox-agent supervisor/sandboxd
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -37,6 +37,10 @@ struct agent_config {
 	char *run_as;			/* "uid:gid" for commands, when root */
 	char *python;			/* interpreter of the IPython kernel */
 	int prewarm_kernel;
+	long max_connections;		/* 0: the HTTP server's default */
+	double header_timeout;		/* seconds for a whole request head */
+	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
+	double body_rate_window;	/* seconds the rate is averaged over */
 };
 
 /* One per process; lives until exit. */

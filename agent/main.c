@@ -65,7 +65,8 @@ static const struct config_option options[] = {
 	{ "--output-cap", "AGENT_OUTPUT_CAP", CONFIG_SIZE, &agent.cfg.output_cap,
 	    "SIZE", "bytes kept per stream of a command (default 16M)" },
 	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
-	    "SIZE", "largest JSON request body (default 32M)" },
+	    "SIZE", "largest JSON body of run_shell_command, run_ipython_cell "
+	    "and call_tool (default 32M; other routes take 1M)" },
 	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
 	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
 	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
@@ -81,6 +82,19 @@ static const struct config_option options[] = {
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
 	    "BOOL", "log one line per request (default false)" },
+	{ "--max-connections", "AGENT_MAX_CONNECTIONS", CONFIG_INT,
+	    &agent.cfg.max_connections, "N", "connections open at once; more "
+	    "get 503 (default 0: a quarter of the open-file limit, at most "
+	    "1024)" },
+	{ "--header-timeout", "AGENT_HEADER_TIMEOUT", CONFIG_DOUBLE,
+	    &agent.cfg.header_timeout, "SECONDS", "a request's whole head must "
+	    "come within this of its first byte (default 30)" },
+	{ "--body-min-rate", "AGENT_BODY_MIN_RATE", CONFIG_SIZE,
+	    &agent.cfg.body_min_rate, "SIZE", "bytes per second a request body "
+	    "must average over each window, or it is cut (default 1K; 0: none)" },
+	{ "--body-rate-window", "AGENT_BODY_RATE_WINDOW", CONFIG_DOUBLE,
+	    &agent.cfg.body_rate_window, "SECONDS", "the window of "
+	    "--body-min-rate (default 30)" },
 	{ "--healthcheck", NULL, CONFIG_FLAG, &healthcheck, NULL,
 	    "ask the running agent's /healthz and exit 0 if it answers 200 "
 	    "(the images' HEALTHCHECK)" },
@@ -266,6 +280,9 @@ setup(int argc, char **argv)
 	agent.cfg.output_cap = 16 * 1024 * 1024;
 	agent.cfg.max_body = 32 * 1024 * 1024;
 	agent.cfg.default_timeout = 300;
+	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
+	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
+	agent.cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
 	if (config_parse(options, sizeof options / sizeof options[0], argc, argv,
 	    &help, &version, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
@@ -303,6 +320,12 @@ setup(int argc, char **argv)
 	}
 	if (!(agent.cfg.default_timeout > 0)) {
 		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
+		return 2;
+	}
+	if (agent.cfg.max_connections < 0 || !(agent.cfg.header_timeout > 0) ||
+	    !(agent.cfg.body_rate_window > 0)) {
+		fprintf(stderr, "sandbox-agent: --max-connections must be 0 or "
+		    "more, --header-timeout and --body-rate-window positive\n");
 		return 2;
 	}
 	if (agent.cfg.run_as != NULL && *agent.cfg.run_as != '\0' &&
@@ -382,6 +405,10 @@ setup(int argc, char **argv)
 	hc.alias_prefix = "/fastapi";
 	hc.max_body = agent.cfg.max_body;
 	hc.access_log = agent.cfg.access_log;
+	hc.max_connections = (size_t)agent.cfg.max_connections;
+	hc.header_timeout = agent.cfg.header_timeout;
+	hc.body_min_rate = agent.cfg.body_min_rate;
+	hc.body_rate_window = agent.cfg.body_rate_window;
 	agent.http = http_server_new(agent.base, &hc);
 	for (size_t i = 0; i < agent.cfg.listen.n; i++) {
 		if (http_server_listen(agent.http, agent.cfg.listen.v[i], &err) < 0) {

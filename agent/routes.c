@@ -12,29 +12,36 @@
 #define EXACT HTTP_MATCH_EXACT
 #define STREAM HTTP_ROUTE_STREAM_BODY
 
+/* Body limits: routes that carry a command, code or a file's content take
+ * up to --max-body (0 here: the server's limit, 32 MiB by default); the
+ * others name paths and options, for which 1 MiB is plenty. Streamed
+ * routes (uploads) have their own limit, --max-upload. */
+#define SMALL (1024 * 1024)
+#define LARGE 0
+
 static const struct http_route routes[] = {
-	{ GET, "/healthz", EXACT, 0, health_route, 0 },
-	{ POST, "/tools/run_shell_command", EXACT, 0, shell_route_run, 0 },
-	{ POST, "/tools/run_ipython_cell", EXACT, 0, ipython_route_run, 0 },
-	{ POST, "/watcher/commit_changes", EXACT, 0, git_route_commit, 0 },
-	{ POST, "/watcher/generate_diff", EXACT, 0, git_route_diff, 0 },
-	{ GET, "/watcher/git_logs", EXACT, 0, git_route_logs, 0 },
-	{ GET, "/workspace/file", EXACT, 0, files_route_get, 0 },
+	{ GET, "/healthz", EXACT, 0, health_route, SMALL },
+	{ POST, "/tools/run_shell_command", EXACT, 0, shell_route_run, LARGE },
+	{ POST, "/tools/run_ipython_cell", EXACT, 0, ipython_route_run, LARGE },
+	{ POST, "/watcher/commit_changes", EXACT, 0, git_route_commit, SMALL },
+	{ POST, "/watcher/generate_diff", EXACT, 0, git_route_diff, SMALL },
+	{ GET, "/watcher/git_logs", EXACT, 0, git_route_logs, SMALL },
+	{ GET, "/workspace/file", EXACT, 0, files_route_get, SMALL },
 	{ PUT, "/workspace/file", EXACT, STREAM, files_route_put, 0 },
 	{ POST, "/workspace/files:batch", EXACT, STREAM, files_batch_route, 0 },
-	{ GET, "/workspace/list", EXACT, 0, entries_route_list, 0 },
-	{ GET, "/workspace/exists", EXACT, 0, entries_route_exists, 0 },
-	{ DELETE, "/workspace/entry", EXACT, 0, entries_route_delete, 0 },
-	{ POST, "/workspace/move", EXACT, 0, entries_route_move, 0 },
-	{ POST, "/workspace/mkdir", EXACT, 0, entries_route_mkdir, 0 },
-	{ POST, "/mcp/add_servers", EXACT, 0, mcp_route_add_servers, 0 },
-	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, 0 },
-	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, 0 },
+	{ GET, "/workspace/list", EXACT, 0, entries_route_list, SMALL },
+	{ GET, "/workspace/exists", EXACT, 0, entries_route_exists, SMALL },
+	{ DELETE, "/workspace/entry", EXACT, 0, entries_route_delete, SMALL },
+	{ POST, "/workspace/move", EXACT, 0, entries_route_move, SMALL },
+	{ POST, "/workspace/mkdir", EXACT, 0, entries_route_mkdir, SMALL },
+	{ POST, "/mcp/add_servers", EXACT, 0, mcp_route_add_servers, SMALL },
+	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, SMALL },
+	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, LARGE },
 	/* The desktop's web viewer: its own token check (desktop_web.h). */
 	{ GET, "/vnc/", HTTP_MATCH_PREFIX, HTTP_ROUTE_NO_AUTH,
-	    desktop_web_route, 0 },
+	    desktop_web_route, SMALL },
 	{ HTTP_METHOD_GET, "/websockify", EXACT, HTTP_ROUTE_NO_AUTH,
-	    vnc_relay_route, 0 },
+	    vnc_relay_route, SMALL },
 };
 
 const struct http_route *

@@ -79,7 +79,30 @@ struct http_server_config {
 	size_t max_body;			/* default body limit of buffered routes */
 	int access_log;				/* log one line per request */
 	const char *server_name;		/* "Server:" header */
+	/* Limits on what one client may hold (see http_listen.c and the
+	 * defaults below). 0 takes the default, but body_min_rate 0 means
+	 * no minimum. */
+	size_t max_connections;			/* open at once; more get 503 */
+	double header_timeout;			/* seconds for a whole head */
+	size_t body_min_rate;			/* bytes/s over each window */
+	double body_rate_window;		/* seconds */
 };
+
+/*
+ * Defaults of the limits. A request head is a few hundred bytes sent in one
+ * write; 30 s for all of it is generous on the slowest link, while a client
+ * dripping a byte at a time is cut at 30 s whatever its pace. A body must
+ * bring 1 KiB/s averaged over 30 s (slower than any real upload; a 56k
+ * modem does 7) for as long as the server reads it: holding a connection
+ * with a trickled body then costs real bandwidth, never mere patience.
+ */
+#define HTTP_DEFAULT_HEADER_TIMEOUT	30.0
+#define HTTP_DEFAULT_BODY_MIN_RATE	1024
+#define HTTP_DEFAULT_BODY_RATE_WINDOW	30.0
+/* The default connection limit: a quarter of the soft limit of open files
+ * (each connection takes one, a proxied one two, and files, pipes and
+ * Docker calls need theirs), at most 1024. */
+size_t http_default_max_connections(void);
 
 /* Route lookup, exposed for unit tests. Returns the route or NULL; sets
  * *method_mismatch when a route has the path but not the method. */
@@ -118,8 +141,11 @@ int64_t http_request_content_length(struct http_request *req);
 const char *http_request_peer(struct http_request *req);
 /* Buffered body (ordinary routes). */
 struct evbuffer *http_request_body(struct http_request *req);
-/* Parse the buffered body as a JSON object; 400 on anything else. New ref. */
+/* Parse the buffered body as a JSON object; 400 on anything else, 413 if
+ * its structure would cost too much memory (http_json.c). New ref. */
 json_t *http_request_json(struct http_request *req, struct error *err);
+/* The same for any text: what http_request_json does with the body. */
+json_t *http_json_parse(const char *text, size_t len, struct error *err);
 /* Whether the client is still there to receive a reply. */
 int http_request_connected(struct http_request *req);
 

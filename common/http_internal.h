@@ -6,9 +6,11 @@
 #include <sys/queue.h>
 #include <sys/time.h>
 
+#include <event2/util.h>
 #include <http_parser.h>
 
 #include "http.h"
+#include "log.h"
 
 struct bufferevent;
 struct evbuffer;
@@ -55,6 +57,18 @@ struct http_server {
 	int bound_port;
 	LIST_HEAD(, http_conn) conns;
 	size_t nconns;
+	size_t nrequests;		/* begun and not yet freed */
+	struct http_request *retired;	/* answered, freed by retire_ev */
+	struct event *retire_ev;
+	/* Accepting paused after running out of descriptors (http_listen.c):
+	 * resumed by backoff_ev, or as soon as a connection closes. */
+	struct event *backoff_ev;
+	double backoff;			/* seconds of the next pause */
+	int accept_paused;
+	/* Lines clients can cause as fast as they like. */
+	struct log_rate accept_log;	/* accept failures */
+	struct log_rate full_log;	/* refused at the connection limit */
+	struct log_rate slow_log;	/* cut for a slow head or body */
 };
 
 /* Owned by the server; freed when the socket closes and no request of it
@@ -67,6 +81,12 @@ struct http_conn {
 	struct http_request *req;	/* request being read or answered */
 	struct http_header_reader hr;	/* into req->headers */
 	struct event *resume_ev;	/* parse buffered input after a pause */
+	/* The head deadline, then the body's rate windows, or the end of
+	 * lingering (http_server.c). */
+	struct event *limit_ev;
+	enum { LIMIT_NONE, LIMIT_HEAD, LIMIT_BODY, LIMIT_LINGER } limit;
+	size_t window_bytes;		/* body bytes in this rate window */
+	int window_paused;		/* we paused the body in this window */
 	int waiting_reply;		/* parser paused until the reply is done */
 	int body_paused;		/* handler asked for backpressure */
 	int closing;			/* close once output is flushed */
@@ -74,6 +94,11 @@ struct http_conn {
 	int discarding;			/* lingering: reading only to drop */
 	size_t discarded;
 	int in_parse;			/* inside http_parser_execute */
+	const char *parse_start;	/* of the bytes being parsed */
+	char parse_last;		/* last byte parsed before them */
+	const char *fault;		/* why a callback stopped the parser */
+	http_upgrade_cb upgrade_cb;	/* set: a 101 went out, hand it over */
+	void *upgrade_arg;
 	LIST_ENTRY(http_conn) entry;
 };
 
@@ -100,12 +125,13 @@ struct http_request {
 	int64_t content_length;
 	int keepalive;
 	struct evbuffer *body;
+	size_t body_received;		/* bytes of body read, streamed or not */
 	size_t body_limit;
 	int rejected;			/* answered before the body was read */
 	int dispatched;			/* handler has run */
 	int body_complete;
-	int body_aborted;		/* body callback said stop */
 	int upgrade;			/* asks to switch protocols */
+	int body_aborted;		/* body callback said stop */
 
 	http_body_cb body_cb;
 	http_event_cb body_end_cb;
@@ -114,8 +140,6 @@ struct http_request {
 	void *close_arg;
 	http_event_cb drain_cb;
 	void *drain_arg;
-	http_upgrade_cb upgrade_cb;	/* set: hand the connection over */
-	void *upgrade_arg;
 
 	struct http_headers out_headers;
 	enum http_reply_state reply;
@@ -124,7 +148,11 @@ struct http_request {
 	int status;
 	uint64_t bytes_out;
 	struct timeval started;
+	struct http_request *retired_next;
 };
+
+/* A request whose body was at least this large trims the heap when freed. */
+#define HTTP_TRIM_AFTER		(1024 * 1024)
 
 /* http_headers.c */
 void http_headers_add(struct http_headers *h, char *name, char *value);
@@ -146,10 +174,25 @@ void http_header_reader_value(struct http_header_reader *hr, const char *at,
 enum http_header_fault http_header_reader_end(struct http_header_reader *hr,
     struct http_headers *h, size_t max);
 
+/* http_server.c: a new connection on fd, which it now owns; peer names
+ * it in the log. */
+void http_conn_open(struct http_server *server, evutil_socket_t fd,
+    const char *peer);
+/* http_listen.c */
+void http_listeners_init(struct http_server *server);
+void http_listeners_close(struct http_server *server);
+/* A connection closed: accepting paused for want of descriptors may go on. */
+void http_listeners_conn_closed(struct http_server *server);
+
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);
-/* A 101 has been written: hand the connection over from the loop. */
-void http_conn_upgrade_soon(struct http_request *req);
+/* A 101 is queued on conn (its request retired): hand the connection to
+ * cb from the loop. */
+void http_conn_upgrade(struct http_conn *conn, http_upgrade_cb cb,
+    void *arg);
+/* The request has its reply: REPLY_DONE, detached from its connection,
+ * freed on the next loop turn. */
+void http_request_retire(struct http_request *req);
 void http_request_free(struct http_request *req);
 
 #endif

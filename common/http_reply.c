@@ -107,9 +107,8 @@ reply_begin(struct http_request *req)
 		return -1;
 	}
 	if (req->conn == NULL) {
-		req->reply = REPLY_DONE;
 		access_log(req);
-		http_request_free(req);
+		http_request_retire(req);
 		return -1;
 	}
 	return 0;
@@ -220,6 +219,7 @@ http_reply_upgrade(struct http_request *req, const char *const *headers,
     http_upgrade_cb cb, void *arg)
 {
 	const char *server_name = req->server->cfg.server_name;
+	struct http_conn *conn = req->conn;
 	struct upgrade_gone *g;
 	struct evbuffer *out;
 
@@ -227,19 +227,18 @@ http_reply_upgrade(struct http_request *req, const char *const *headers,
 		fatal("http: %s %s cannot switch protocols", req->method_name,
 		    req->path);
 	req->status = 101;
-	req->reply = REPLY_DONE;
-	if (req->conn == NULL) {
+	if (conn == NULL) {
 		access_log(req);
+		http_request_retire(req);
 		g = xmalloc(sizeof *g);
 		g->cb = cb;
 		g->arg = arg;
 		if (event_base_once(req->server->base, -1, EV_TIMEOUT,
 		    upgrade_gone_cb, g, NULL) < 0)
 			fatal("cannot schedule an event");
-		http_request_free(req);
 		return;
 	}
-	out = bufferevent_get_output(req->conn->bev);
+	out = bufferevent_get_output(conn->bev);
 	evbuffer_add_printf(out, "HTTP/1.1 101 %s\r\n", http_status_reason(101));
 	if (server_name != NULL)
 		evbuffer_add_printf(out, "Server: %s\r\n", server_name);
@@ -247,9 +246,9 @@ http_reply_upgrade(struct http_request *req, const char *const *headers,
 		evbuffer_add_printf(out, "%s\r\n", headers[i]);
 	evbuffer_add(out, "\r\n", 2);
 	access_log(req);
-	req->upgrade_cb = cb;
-	req->upgrade_arg = arg;
-	http_conn_upgrade_soon(req);
+	conn->req = NULL;
+	http_request_retire(req);
+	http_conn_upgrade(conn, cb, arg);
 }
 
 void
@@ -316,10 +315,14 @@ http_reply_pending(struct http_request *req)
 void
 http_reply_end(struct http_request *req)
 {
+	if (req->reply == REPLY_DONE) {
+		log_error("http: a second reply end to %s %s was dropped",
+		    req->method_name, req->path);
+		return;
+	}
 	if (req->conn == NULL) {
-		req->reply = REPLY_DONE;
 		access_log(req);
-		http_request_free(req);
+		http_request_retire(req);
 		return;
 	}
 	if (req->reply != REPLY_STREAMING) {

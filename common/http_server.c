@@ -1,32 +1,24 @@
 /*
- * Connections of the HTTP server: accept, parse requests with http-parser,
- * route, check auth and limits, and hand requests to handlers. Replies are
- * written by http_reply.c.
+ * Connections of the HTTP server: parse requests with http-parser, route,
+ * check auth and limits, and hand requests to handlers. Sockets are
+ * accepted by http_listen.c; replies are written by http_reply.c.
  */
 #include "http_internal.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "log.h"
 #include "xmalloc.h"
 
 #define HTTP_MAX_HEADERS	128
 #define HTTP_MAX_URL		(16 * 1024)
-#define HTTP_HEADER_TIMEOUT	60	/* seconds to send a request's headers */
 #define HTTP_IDLE_TIMEOUT	120	/* seconds a keep-alive connection may idle */
 #define HTTP_BODY_TIMEOUT	120	/* seconds between pieces of a body */
 #define HTTP_WRITE_TIMEOUT	300	/* seconds a client may stall reading */
@@ -39,193 +31,41 @@ static void conn_upgrade(struct http_conn *conn);
 static void conn_free(struct http_conn *conn);
 static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
+static void conn_limit_head(struct http_conn *conn);
+static void conn_limit_body(struct http_conn *conn);
+static void conn_limit_stop(struct http_conn *conn);
+static void conn_limit_linger(struct http_conn *conn);
 
 #define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
 
-void
-http_request_free(struct http_request *req)
+/* Requests are freed a loop turn after their reply, not at once, so that
+ * a second reply from the same chain of calls still finds REPLY_DONE and is
+ * dropped with an error in the log rather than written or freed twice. */
+static void
+retired_cb(evutil_socket_t fd, short what, void *arg)
 {
-	free(req->url);
-	free(req->raw_target);
-	free(req->path);
-	http_headers_clear(&req->query);
-	http_headers_clear(&req->headers);
-	http_headers_clear(&req->out_headers);
-	if (req->body != NULL)
-		evbuffer_free(req->body);
-	free(req);
-}
+	struct http_server *server = arg;
+	struct http_request *req;
 
-/* Accessors. */
-
-enum http_verb
-http_request_method(struct http_request *req)
-{
-	return req->method;
-}
-
-const char *
-http_request_method_name(struct http_request *req)
-{
-	return req->method_name;
-}
-
-const char *
-http_request_path(struct http_request *req)
-{
-	return req->path;
-}
-
-const char *
-http_request_raw_target(struct http_request *req)
-{
-	return req->raw_target;
-}
-
-const char *
-http_request_raw_query(struct http_request *req)
-{
-	return req->raw_query;
-}
-
-const char *
-http_request_query(struct http_request *req, const char *name)
-{
-	for (size_t i = 0; i < req->query.n; i++) {
-		if (strcmp(req->query.v[i].name, name) == 0)
-			return req->query.v[i].value;
+	(void)fd;
+	(void)what;
+	while ((req = server->retired) != NULL) {
+		server->retired = req->retired_next;
+		http_request_free(req);
 	}
-	return NULL;
-}
-
-const char *
-http_request_header(struct http_request *req, const char *name)
-{
-	return http_headers_get(&req->headers, name);
-}
-
-size_t
-http_request_header_count(struct http_request *req)
-{
-	return req->headers.n;
 }
 
 void
-http_request_header_at(struct http_request *req, size_t i, const char **name,
-    const char **value)
+http_request_retire(struct http_request *req)
 {
-	*name = req->headers.v[i].name;
-	*value = req->headers.v[i].value;
-}
+	struct http_server *server = req->server;
 
-int64_t
-http_request_content_length(struct http_request *req)
-{
-	return req->content_length;
-}
-
-const char *
-http_request_peer(struct http_request *req)
-{
-	return req->conn != NULL ? req->conn->peer : "gone";
-}
-
-struct evbuffer *
-http_request_body(struct http_request *req)
-{
-	return req->body;
-}
-
-int
-http_request_connected(struct http_request *req)
-{
-	return req->conn != NULL;
-}
-
-int
-http_request_is_upgrade(struct http_request *req)
-{
-	return req->upgrade && req->body_complete;
-}
-
-json_t *
-http_request_json(struct http_request *req, struct error *err)
-{
-	size_t len = evbuffer_get_length(req->body);
-	json_error_t jerr;
-	json_t *json;
-
-	if (len == 0) {
-		error_set(err, 400, "request body is empty; a JSON object is expected");
-		return NULL;
-	}
-	json = json_loadb((const char *)evbuffer_pullup(req->body, -1), len,
-	    JSON_REJECT_DUPLICATES, &jerr);
-	if (json == NULL) {
-		error_set(err, 400, "malformed JSON body: %s (line %d, column %d)",
-		    jerr.text, jerr.line, jerr.column);
-		return NULL;
-	}
-	if (!json_is_object(json)) {
-		json_decref(json);
-		error_set(err, 400, "the JSON body must be an object");
-		return NULL;
-	}
-	return json;
-}
-
-void
-http_request_on_body(struct http_request *req, http_body_cb data_cb,
-    http_event_cb end_cb, void *arg)
-{
-	req->body_cb = data_cb;
-	req->body_end_cb = end_cb;
-	req->body_arg = arg;
-}
-
-void
-http_request_on_close(struct http_request *req, http_event_cb cb, void *arg)
-{
-	req->close_cb = cb;
-	req->close_arg = arg;
-}
-
-void
-http_request_on_drain(struct http_request *req, http_event_cb cb, void *arg)
-{
-	req->drain_cb = cb;
-	req->drain_arg = arg;
-}
-
-void
-http_request_pause_body(struct http_request *req)
-{
-	struct http_conn *conn = req->conn;
-
-	if (conn == NULL || conn->body_paused)
-		return;
-	conn->body_paused = 1;
-	/* Stops http_parser_execute after the current callback; the rest
-	 * stays in the input buffer, and the socket is not read meanwhile. */
-	http_parser_pause(&conn->parser, 1);
-	bufferevent_disable(conn->bev, EV_READ);
-}
-
-void
-http_request_resume_body(struct http_request *req)
-{
-	struct http_conn *conn = req->conn;
-
-	if (conn == NULL || !conn->body_paused)
-		return;
-	conn->body_paused = 0;
-	if (!conn->waiting_reply)
-		http_parser_pause(&conn->parser, 0);
-	bufferevent_enable(conn->bev, EV_READ);
-	/* Parse what is already buffered from the loop, not from inside the
-	 * caller, which may itself be in a callback of this connection. */
-	event_active(conn->resume_ev, EV_TIMEOUT, 0);
+	req->reply = REPLY_DONE;
+	req->conn = NULL;
+	req->retired_next = server->retired;
+	server->retired = req;
+	event_active(server->retire_ev, EV_TIMEOUT, 0);
 }
 
 /* Parsing. */
@@ -249,10 +89,11 @@ on_message_begin(http_parser *p)
 	req->server = conn->server;
 	req->content_length = -1;
 	req->body = evbuffer_new();
+	conn->server->nrequests++;
 	gettimeofday(&req->started, NULL);
 	conn->req = req;
 	http_header_reader_reset(&conn->hr);
-	conn_set_read_timeout(conn, HTTP_HEADER_TIMEOUT);
+	conn_limit_head(conn);
 	return 0;
 }
 
@@ -275,6 +116,22 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
+/* RFC 9110's tchar: what a header name is made of. */
+static int
+is_tchar(unsigned char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+	    (c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~",
+	    c) != NULL);
+}
+
+/*
+ * RFC 9112 (5.1, 5.2) has a server refuse both a space before a header's
+ * colon and a header continued on the next line (obs-fold). http-parser
+ * takes "Transfer-Encoding : chunked" as chunked and joins folded lines,
+ * while a proxy in front may read either otherwise: the same bytes would be
+ * two different requests to the two of us (request smuggling).
+ */
 static int
 on_header_field(http_parser *p, const char *at, size_t len)
 {
@@ -282,14 +139,35 @@ on_header_field(http_parser *p, const char *at, size_t len)
 
 	if (conn->req == NULL)
 		return 0;
-	return http_header_reader_field(&conn->hr, at, len,
-	    &conn->req->headers, HTTP_MAX_HEADERS) == HTTP_HEADER_OK ? 0 : -1;
+	for (size_t i = 0; i < len; i++) {
+		if (!is_tchar((unsigned char)at[i])) {
+			conn->fault = "invalid character in a header name";
+			return -1;
+		}
+	}
+	if (http_header_reader_field(&conn->hr, at, len, &conn->req->headers,
+	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK) {
+		conn->fault = "too many headers, or a NUL byte in one";
+		return -1;
+	}
+	return 0;
 }
 
 static int
 on_header_value(http_parser *p, const char *at, size_t len)
 {
-	http_header_reader_value(&parser_conn(p)->hr, at, len);
+	struct http_conn *conn = parser_conn(p);
+	char before;
+
+	/* A piece of a value starts at a line's first byte only when the
+	 * line continues the one before: an obs-fold. (A value cut by the
+	 * end of what was read resumes mid-line, after a value byte.) */
+	before = at > conn->parse_start ? at[-1] : conn->parse_last;
+	if (len > 0 && before == '\n') {
+		conn->fault = "a header folded over several lines (obs-fold)";
+		return -1;
+	}
+	http_header_reader_value(&conn->hr, at, len);
 	return 0;
 }
 
@@ -322,6 +200,7 @@ parse_query(struct http_request *req, struct error *err)
 		if (len > 0) {
 			size_t nlen = eq != NULL ? (size_t)(eq - q) : len;
 
+			/* Before auth: a fixed message, no byte of the client's. */
 			if (http_percent_decode(q, nlen, 1, &name) < 0) {
 				error_set(err, 400, "malformed query string");
 				return -1;
@@ -331,8 +210,7 @@ parse_query(struct http_request *req, struct error *err)
 			else if (http_percent_decode(eq + 1, len - nlen - 1, 1,
 			    &value) < 0) {
 				free(name);
-				error_set(err, 400, "malformed query parameter: %s",
-				    name);
+				error_set(err, 400, "malformed query string");
 				return -1;
 			}
 			http_headers_add(&req->query, name, value);
@@ -397,13 +275,16 @@ parse_target(struct http_request *req, struct error *err)
 	return parse_query(req, err);
 }
 
+/* route: NULL when no route has the path (or not with this method). */
 static int
-check_auth(struct http_request *req, struct error *err)
+check_auth(struct http_request *req, const struct http_route *route,
+    struct error *err)
 {
 	const struct http_server_config *cfg = &req->server->cfg;
 	const char *h;
 
-	if (cfg->token == NULL || (req->route->flags & HTTP_ROUTE_NO_AUTH))
+	if (cfg->token == NULL ||
+	    (route != NULL && (route->flags & HTTP_ROUTE_NO_AUTH)))
 		return 0;
 	h = http_request_header(req, "Authorization");
 	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
@@ -450,6 +331,7 @@ on_headers_complete(http_parser *p)
 
 	if (req == NULL)
 		return 0;
+	conn_limit_body(conn);
 	if (http_header_reader_end(&conn->hr, &req->headers,
 	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK)
 		return -1;
@@ -468,6 +350,10 @@ on_headers_complete(http_parser *p)
 		req->content_length = (int64_t)p->content_length;
 	req->route = http_route_find(cfg->routes, cfg->nroutes, req->method,
 	    req->path, &mismatch);
+	/* Which paths exist is for clients with the token to learn: without
+	 * it, every path but the open routes' answers the auth error. */
+	if (check_auth(req, req->route, &err) < 0)
+		goto rejected;
 	if (req->route == NULL) {
 		if (mismatch)
 			error_set(&err, 405, "Method Not Allowed");
@@ -475,8 +361,6 @@ on_headers_complete(http_parser *p)
 			error_set(&err, 404, "Not Found");
 		goto rejected;
 	}
-	if (check_auth(req, &err) < 0)
-		goto rejected;
 	req->body_limit = req->route->max_body ? req->route->max_body :
 	    cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
 	if (!(req->route->flags & HTTP_ROUTE_STREAM_BODY) &&
@@ -508,13 +392,15 @@ on_body(http_parser *p, const char *at, size_t len)
 	struct http_conn *conn = parser_conn(p);
 	struct http_request *req = conn->req;
 
+	conn->window_bytes += len;
 	if (req == NULL || req->rejected || req->body_aborted)
 		return 0;
+	req->body_received += len;
 	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
-		if (req->body_cb == NULL || req->reply == REPLY_DONE)
+		if (req->body_cb == NULL)
 			return 0;
 		if (req->body_cb(req, at, len, req->body_arg) < 0) {
-			/* Its reply, if already sent, has freed req. */
+			/* Its reply, if already sent, has retired req. */
 			if (conn->req == req) {
 				req->body_aborted = 1;
 				req->reply_close = 1;
@@ -554,18 +440,15 @@ on_message_complete(http_parser *p)
 	 * until this one is answered. */
 	http_parser_pause(p, 1);
 	conn->waiting_reply = 1;
+	conn_limit_stop(conn);
 	conn_set_read_timeout(conn, 0);
-	if (req->rejected || req->body_aborted) {
-		if (req->reply == REPLY_DONE)
-			http_conn_reply_done(req);
+	/* (A request already answered is no longer conn->req.) */
+	if (req->rejected || req->body_aborted)
 		return 0;
-	}
 	if (!req->dispatched)
 		dispatch(req);
-	else if (req->body_end_cb != NULL && req->reply != REPLY_DONE)
+	else if (req->body_end_cb != NULL)
 		req->body_end_cb(req, req->body_arg);
-	else if (req->reply == REPLY_DONE)
-		http_conn_reply_done(req);
 	return 0;
 }
 
@@ -589,8 +472,10 @@ conn_set_read_timeout(struct http_conn *conn, int seconds)
 	bufferevent_set_timeouts(conn->bev, seconds > 0 ? &rtv : NULL, &wtv);
 }
 
+/* End a connection whose request cannot go on, with a fixed answer (the
+ * request may not have passed auth): status and detail, both ours. */
 static void
-conn_bad_request(struct http_conn *conn, const char *why)
+conn_refuse(struct http_conn *conn, int status, const char *detail)
 {
 	struct http_request *req = conn->req;
 	char body[256], head[256];
@@ -602,12 +487,13 @@ conn_bad_request(struct http_conn *conn, const char *why)
 		http_request_free(req);
 		req = NULL;
 	}
+	conn_limit_stop(conn);
 	if (req == NULL) {
-		blen = snprintf(body, sizeof body,
-		    "{\"detail\":\"malformed HTTP request: %s\"}", why);
-		hlen = snprintf(head, sizeof head, "HTTP/1.1 400 Bad Request\r\n"
+		blen = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
+		hlen = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n"
 		    "Content-Type: application/json\r\nContent-Length: %d\r\n"
-		    "Connection: close\r\n\r\n", blen);
+		    "Connection: close\r\n\r\n", status, http_status_reason(status),
+		    blen);
 		bufferevent_write(conn->bev, head, (size_t)hlen);
 		bufferevent_write(conn->bev, body, (size_t)blen);
 	}
@@ -620,14 +506,135 @@ conn_bad_request(struct http_conn *conn, const char *why)
 }
 
 static void
+conn_bad_request(struct http_conn *conn, const char *why)
+{
+	char detail[160];
+
+	snprintf(detail, sizeof detail, "malformed HTTP request: %s", why);
+	conn_refuse(conn, 400, detail);
+}
+
+/*
+ * Time limits that an idle timeout cannot give: a head must be complete
+ * within header_timeout of its first byte, however the bytes are spaced;
+ * then, while the server reads a body, each window of body_rate_window
+ * seconds must bring body_min_rate bytes a second. A window in which we
+ * paused the body ourselves (backpressure) does not count.
+ */
+static void
+limit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *conn = arg;
+	const struct http_server_config *cfg = &conn->server->cfg;
+	struct http_request *req = conn->req;
+	size_t want;
+
+	(void)fd;
+	(void)what;
+	if (conn->limit == LIMIT_LINGER) {
+		conn_free(conn);
+		return;
+	}
+	if (conn->limit == LIMIT_HEAD) {
+		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
+		    "complete request head in %g s: closed", conn->peer,
+		    cfg->header_timeout);
+		conn_refuse(conn, 408, "request head not complete in time");
+		return;
+	}
+	want = (size_t)((double)cfg->body_min_rate * cfg->body_rate_window);
+	if (conn->window_paused || conn->body_paused ||
+	    conn->window_bytes >= want) {
+		conn->window_bytes = 0;
+		conn->window_paused = conn->body_paused;
+		return;
+	}
+	log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: request "
+	    "body under %zu bytes/s for %g s: closed", conn->peer,
+	    cfg->body_min_rate, cfg->body_rate_window);
+	if (req != NULL && !req->dispatched) {
+		struct error err;
+
+		error_set(&err, 408, "request body too slow: under %zu bytes/s "
+		    "for %g s", cfg->body_min_rate, cfg->body_rate_window);
+		reject(req, &err);
+		return;
+	}
+	/* Its handler reads the body and owns the answer: it hears of the
+	 * cut as of a client gone. */
+	conn_free(conn);
+}
+
+/* The head deadline runs from the first byte of a request (blank lines
+ * before one included, which http-parser skips without a callback). */
+static void
+conn_limit_head(struct http_conn *conn)
+{
+	struct timeval tv;
+
+	if (conn->limit == LIMIT_HEAD)
+		return;
+	tv.tv_sec = (time_t)conn->server->cfg.header_timeout;
+	tv.tv_usec = (suseconds_t)((conn->server->cfg.header_timeout -
+	    (double)tv.tv_sec) * 1e6);
+	conn->limit = LIMIT_HEAD;
+	event_del(conn->limit_ev);
+	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+static void
+conn_limit_body(struct http_conn *conn)
+{
+	const struct http_server_config *cfg = &conn->server->cfg;
+	struct timeval tv;
+
+	conn_limit_stop(conn);
+	if (cfg->body_min_rate == 0)
+		return;
+	tv.tv_sec = (time_t)cfg->body_rate_window;
+	tv.tv_usec = (suseconds_t)((cfg->body_rate_window -
+	    (double)tv.tv_sec) * 1e6);
+	conn->limit = LIMIT_BODY;
+	conn->window_bytes = 0;
+	conn->window_paused = 0;
+	event_assign(conn->limit_ev, conn->server->base, -1, EV_PERSIST,
+	    limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+/* Lingering ends HTTP_LINGER_SECONDS after it began, however the client
+ * keeps sending: the read timeout alone is an idle one. */
+static void
+conn_limit_linger(struct http_conn *conn)
+{
+	struct timeval tv = { HTTP_LINGER_SECONDS, 0 };
+
+	conn_limit_stop(conn);
+	conn->limit = LIMIT_LINGER;
+	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
+	event_add(conn->limit_ev, &tv);
+}
+
+static void
+conn_limit_stop(struct http_conn *conn)
+{
+	conn->limit = LIMIT_NONE;
+	event_del(conn->limit_ev);
+}
+
+static void
 conn_parse(struct http_conn *conn)
 {
 	struct evbuffer *in = bufferevent_get_input(conn->bev);
 
-	if (conn->req != NULL && conn->req->upgrade_cb != NULL) {
+	if (conn->upgrade_cb != NULL) {
 		conn_upgrade(conn);
 		return;
 	}
+	if (conn->req == NULL && !conn->waiting_reply && !conn->closing &&
+	    evbuffer_get_length(in) > 0)
+		conn_limit_head(conn);
 	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
 		struct evbuffer_iovec vec;
 		size_t n;
@@ -636,26 +643,33 @@ conn_parse(struct http_conn *conn)
 		if (evbuffer_peek(in, -1, NULL, &vec, 1) < 1 || vec.iov_len == 0)
 			return;
 		conn->in_parse = 1;
+		conn->parse_start = vec.iov_base;
 		n = http_parser_execute(&conn->parser, &parser_settings,
 		    vec.iov_base, vec.iov_len);
 		conn->in_parse = 0;
+		if (n > 0)
+			conn->parse_last = ((const char *)vec.iov_base)[n - 1];
 		evbuffer_drain(in, n);
 		e = HTTP_PARSER_ERRNO(&conn->parser);
 		if (e == HPE_PAUSED)
 			return;
 		if (e != HPE_OK) {
 			log_debug("http %s: bad request: %s", conn->peer,
+			    conn->fault != NULL ? conn->fault :
 			    http_errno_description(e));
-			conn_bad_request(conn, http_errno_name(e));
+			conn_bad_request(conn, conn->fault != NULL ? conn->fault :
+			    http_errno_name(e));
 			return;
 		}
 	}
 }
 
 void
-http_conn_upgrade_soon(struct http_request *req)
+http_conn_upgrade(struct http_conn *conn, http_upgrade_cb cb, void *arg)
 {
-	event_active(req->conn->resume_ev, EV_TIMEOUT, 0);
+	conn->upgrade_cb = cb;
+	conn->upgrade_arg = arg;
+	event_active(conn->resume_ev, EV_TIMEOUT, 0);
 }
 
 /* The 101 is queued: the connection leaves the server with what is in its
@@ -663,32 +677,17 @@ http_conn_upgrade_soon(struct http_request *req)
 static void
 conn_upgrade(struct http_conn *conn)
 {
-	struct http_request *req = conn->req;
 	struct bufferevent *bev = conn->bev;
-	http_upgrade_cb cb = req->upgrade_cb;
-	void *arg = req->upgrade_arg;
+	http_upgrade_cb cb = conn->upgrade_cb;
+	void *arg = conn->upgrade_arg;
 
-	conn->req = NULL;
-	http_request_free(req);
+	conn->upgrade_cb = NULL;
 	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
 	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	conn->bev = NULL;
 	conn_free(conn);
 	cb(bev, arg);
-}
-
-/* The server lets go of req: one waiting for its connection's hand-over
- * tells its taker that the client left. */
-static void
-request_drop(struct http_request *req)
-{
-	http_upgrade_cb cb = req->upgrade_cb;
-	void *arg = req->upgrade_arg;
-
-	http_request_free(req);
-	if (cb != NULL)
-		cb(NULL, arg);
 }
 
 static void
@@ -706,7 +705,7 @@ http_conn_reply_done(struct http_request *req)
 	struct http_conn *conn = req->conn;
 
 	if (conn == NULL) {
-		http_request_free(req);
+		http_request_retire(req);
 		return;
 	}
 	/* Answered before the whole body came in: the rest of the body would
@@ -717,9 +716,10 @@ http_conn_reply_done(struct http_request *req)
 		http_parser_pause(&conn->parser, 1);
 	}
 	conn->req = NULL;
+	conn_limit_stop(conn);
 	if (req->reply_close || !req->keepalive)
 		conn->closing = 1;
-	http_request_free(req);
+	http_request_retire(req);
 	if (conn->closing) {
 		bufferevent_disable(conn->bev, EV_READ);
 		bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
@@ -759,6 +759,7 @@ conn_flushed_close(struct http_conn *conn)
 	bufferevent_setwatermark(conn->bev, EV_READ, 0, 0);
 	conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
 	bufferevent_enable(conn->bev, EV_READ);
+	conn_limit_linger(conn);
 }
 
 static void
@@ -810,8 +811,8 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (req != NULL) {
 		conn->req = NULL;
 		req->conn = NULL;
-		if (!req->dispatched || req->reply == REPLY_DONE) {
-			request_drop(req);
+		if (!req->dispatched) {
+			http_request_free(req);
 		} else if (req->close_cb != NULL) {
 			http_event_cb cb = req->close_cb;
 
@@ -825,6 +826,8 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 conn_free(struct http_conn *conn)
 {
+	http_upgrade_cb upgrade_cb = conn->upgrade_cb;
+
 	if (conn->in_parse)
 		fatal("http: connection freed while parsing");
 	if (conn->req != NULL) {
@@ -832,8 +835,8 @@ conn_free(struct http_conn *conn)
 
 		conn->req = NULL;
 		req->conn = NULL;
-		if (!req->dispatched || req->reply == REPLY_DONE)
-			request_drop(req);
+		if (!req->dispatched)
+			http_request_free(req);
 		else if (req->close_cb != NULL)
 			req->close_cb(req, req->close_arg);
 	}
@@ -842,51 +845,35 @@ conn_free(struct http_conn *conn)
 	if (conn->bev != NULL)
 		bufferevent_free(conn->bev);
 	event_free(conn->resume_ev);
+	event_free(conn->limit_ev);
 	http_header_reader_free(&conn->hr);
+	http_listeners_conn_closed(conn->server);
+	/* Gone before its hand-over: its taker hears so. */
+	if (upgrade_cb != NULL)
+		upgrade_cb(NULL, conn->upgrade_arg);
 	free(conn);
 }
 
-static void
-accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
-    struct sockaddr *sa, int salen, void *arg)
+/* A new connection of the server on fd, which it now owns. */
+void
+http_conn_open(struct http_server *server, evutil_socket_t fd,
+    const char *peer)
 {
-	struct http_server *server = arg;
-	struct http_conn *conn;
-	int one = 1;
+	struct http_conn *conn = xcalloc(1, sizeof *conn);
 
-	(void)lev;
-	(void)salen;
-	conn = xcalloc(1, sizeof *conn);
 	conn->server = server;
-	if (sa->sa_family == AF_INET) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)sa;
-		char ip[INET_ADDRSTRLEN];
-
-		inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip);
-		snprintf(conn->peer, sizeof conn->peer, "%s:%u", ip,
-		    ntohs(sin->sin_port));
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	} else if (sa->sa_family == AF_INET6) {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)sa;
-		char ip[INET6_ADDRSTRLEN];
-
-		inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof ip);
-		snprintf(conn->peer, sizeof conn->peer, "[%s]:%u", ip,
-		    ntohs(sin6->sin6_port));
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	} else {
-		snprintf(conn->peer, sizeof conn->peer, "unix");
-	}
+	snprintf(conn->peer, sizeof conn->peer, "%s", peer);
 	conn->bev = bufferevent_socket_new(server->base, fd,
 	    BEV_OPT_CLOSE_ON_FREE);
 	if (conn->bev == NULL) {
 		log_warn("http: cannot set up a connection from %s", conn->peer);
-		close(fd);
+		evutil_closesocket(fd);
 		free(conn);
 		return;
 	}
 	http_header_reader_init(&conn->hr);
 	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
+	conn->limit_ev = event_new(server->base, -1, 0, limit_cb, conn);
 	http_parser_init(&conn->parser, HTTP_REQUEST);
 	conn->parser.data = conn;
 	LIST_INSERT_HEAD(&server->conns, conn, entry);
@@ -903,17 +890,6 @@ accept_cb(struct evconnlistener *lev, evutil_socket_t fd,
 	bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
 }
 
-static void
-accept_error_cb(struct evconnlistener *lev, void *arg)
-{
-	int e = EVUTIL_SOCKET_ERROR();
-
-	(void)lev;
-	(void)arg;
-	/* EMFILE and friends: keep serving the connections we have. */
-	log_warn("http: accept failed: %s", strerror(e));
-}
-
 struct http_server *
 http_server_new(struct event_base *base, const struct http_server_config *cfg)
 {
@@ -927,137 +903,16 @@ http_server_new(struct event_base *base, const struct http_server_config *cfg)
 		server->cfg.auth_missing_detail = "Authentication required";
 	if (server->cfg.auth_wrong_detail == NULL)
 		server->cfg.auth_wrong_detail = "Invalid token";
+	if (server->cfg.max_connections == 0)
+		server->cfg.max_connections = http_default_max_connections();
+	if (!(server->cfg.header_timeout > 0))
+		server->cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
+	if (!(server->cfg.body_rate_window > 0))
+		server->cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
 	LIST_INIT(&server->conns);
+	server->retire_ev = event_new(base, -1, 0, retired_cb, server);
+	http_listeners_init(server);
 	return server;
-}
-
-static int
-listen_unix(struct http_server *server, const char *path, struct error *err)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	struct evconnlistener *lev;
-	struct http_listener *l;
-	struct stat st;
-	int fd;
-
-	if (strlen(path) >= sizeof sun.sun_path) {
-		error_set(err, 400, "unix socket path too long: %s", path);
-		return -1;
-	}
-	strcpy(sun.sun_path, path);
-	/* A socket left by an earlier run that died; never remove a file
-	 * that is not a socket. */
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			error_set(err, 409, "%s exists and is not a socket", path);
-			return -1;
-		}
-		unlink(path);
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		error_set_errno(err, 500, errno, "socket");
-		return -1;
-	}
-	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
-		error_set_errno(err, 500, errno, "cannot bind %s", path);
-		close(fd);
-		return -1;
-	}
-	/* Whoever can reach the socket still needs the token. */
-	chmod(path, 0666);
-	lev = evconnlistener_new(server->base, accept_cb, server,
-	    LEV_OPT_CLOSE_ON_FREE, 1024, fd);
-	if (lev == NULL) {
-		error_set_errno(err, 500, errno, "cannot listen on %s", path);
-		close(fd);
-		unlink(path);
-		return -1;
-	}
-	evconnlistener_set_error_cb(lev, accept_error_cb);
-	server->listeners = xreallocarray(server->listeners,
-	    server->nlisteners + 1, sizeof *server->listeners);
-	l = &server->listeners[server->nlisteners++];
-	l->lev = lev;
-	l->unix_path = xstrdup(path);
-	return 0;
-}
-
-static int
-listen_tcp(struct http_server *server, const char *addr, struct error *err)
-{
-	struct sockaddr_storage ss;
-	int sslen = sizeof ss;
-	struct evconnlistener *lev;
-	struct http_listener *l;
-	const char *colon = strrchr(addr, ':');
-	char *spec;
-	int any_port;
-
-	if (colon == NULL) {
-		error_set(err, 400, "listen address %s is not HOST:PORT or "
-		    "unix:/path", addr);
-		return -1;
-	}
-	/* Resolve no names: a static binary has no NSS, and a listen
-	 * address should be explicit anyway. libevent refuses port 0 (any
-	 * free port), so that one is parsed as 1 and set back. */
-	any_port = strcmp(colon, ":0") == 0;
-	if (strncmp(addr, "localhost:", 10) == 0)
-		spec = xasprintf("127.0.0.1%s", any_port ? ":1" : colon);
-	else
-		spec = xasprintf("%.*s%s", (int)(colon - addr), addr,
-		    any_port ? ":1" : colon);
-	memset(&ss, 0, sizeof ss);
-	if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss,
-	    &sslen) < 0 || (colon[1] < '0' || colon[1] > '9')) {
-		error_set(err, 400, "bad listen address %s (want HOST:PORT with "
-		    "a numeric host, or unix:/path)", addr);
-		free(spec);
-		return -1;
-	}
-	free(spec);
-	if (any_port && ss.ss_family == AF_INET)
-		((struct sockaddr_in *)&ss)->sin_port = 0;
-	else if (any_port)
-		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-	lev = evconnlistener_new_bind(server->base, accept_cb, server,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-	    1024, (struct sockaddr *)&ss, sslen);
-	if (lev == NULL) {
-		error_set_errno(err, 500, errno, "cannot listen on %s", addr);
-		return -1;
-	}
-	evconnlistener_set_error_cb(lev, accept_error_cb);
-	sslen = sizeof ss;
-	if (getsockname(evconnlistener_get_fd(lev), (struct sockaddr *)&ss,
-	    (socklen_t *)&sslen) == 0) {
-		if (ss.ss_family == AF_INET)
-			server->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-		else if (ss.ss_family == AF_INET6)
-			server->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	}
-	server->listeners = xreallocarray(server->listeners,
-	    server->nlisteners + 1, sizeof *server->listeners);
-	l = &server->listeners[server->nlisteners++];
-	l->lev = lev;
-	l->unix_path = NULL;
-	return 0;
-}
-
-int
-http_server_listen(struct http_server *server, const char *addr,
-    struct error *err)
-{
-	if (strncmp(addr, "unix:", 5) == 0)
-		return listen_unix(server, addr + 5, err);
-	return listen_tcp(server, addr, err);
-}
-
-int
-http_server_bound_port(struct http_server *server)
-{
-	return server->bound_port;
 }
 
 size_t
@@ -1071,16 +926,7 @@ http_server_close_listeners(struct http_server *server)
 {
 	struct http_conn *conn, *next;
 
-	for (size_t i = 0; i < server->nlisteners; i++) {
-		evconnlistener_free(server->listeners[i].lev);
-		if (server->listeners[i].unix_path != NULL) {
-			unlink(server->listeners[i].unix_path);
-			free(server->listeners[i].unix_path);
-		}
-	}
-	free(server->listeners);
-	server->listeners = NULL;
-	server->nlisteners = 0;
+	http_listeners_close(server);
 	for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
 		next = LIST_NEXT(conn, entry);
 		if (conn->req == NULL)
@@ -1094,5 +940,8 @@ http_server_free(struct http_server *server)
 	http_server_close_listeners(server);
 	while (!LIST_EMPTY(&server->conns))
 		conn_free(LIST_FIRST(&server->conns));
+	retired_cb(-1, 0, server);
+	event_free(server->retire_ev);
+	event_free(server->backoff_ev);
 	free(server);
 }

@@ -78,6 +78,7 @@ struct rpc_method {
 	unsigned methods;		/* HTTP methods it takes */
 	void (*handler)(struct http_request *req, const char *what,
 	    json_t *args);
+	size_t max_body;		/* SMALL, or LARGE: the server's limit */
 	/* The sync method's first two parameters. The SDK declares most
 	 * async methods (*args, **kwargs), and its remote_wrapper_async names
 	 * the values of a positional call after those two: release_async(id)
@@ -603,26 +604,34 @@ rpc_cleanup(struct http_request *req, const char *what, json_t *args)
     HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
 #define EXACT HTTP_MATCH_EXACT
 #define ASYNC_SUFFIX "_async"
+/* Body limits: call_tool relays a tool's arguments (a command, code, a
+ * file's content) and takes the server's limit (32 MiB); the other methods
+ * name a sandbox and options, for which 1 MiB is plenty. */
+#define SMALL (1024 * 1024)
+#define LARGE 0
 
 /* The manager's methods, in the order of spec section 2. */
 static const struct rpc_method methods[] = {
-	{ "create_from_pool", POST, rpc_create_from_pool,
+	{ "create_from_pool", POST, rpc_create_from_pool, SMALL,
 	    { "sandbox_type", "meta" } },
-	{ "create", POST, rpc_create, { "sandbox_type", "mount_dir" } },
-	{ "release", POST, rpc_release, { "identity", NULL } },
-	{ "start", POST, rpc_start, { "identity", NULL } },
-	{ "stop", POST, rpc_stop, { "identity", NULL } },
-	{ "get_status", GETPOST, rpc_get_status, { "identity", NULL } },
-	{ "get_info", GETPOST, rpc_get_info, { "identity", NULL } },
-	{ "check_health", GETPOST, rpc_check_health, { "identity", NULL } },
-	{ "list_tools", GETPOST, rpc_list_tools, { "identity", "tool_type" } },
-	{ "call_tool", POST, rpc_call_tool, { "identity", "tool_name" } },
-	{ "add_mcp_servers", POST, rpc_add_mcp_servers,
+	{ "create", POST, rpc_create, SMALL, { "sandbox_type", "mount_dir" } },
+	{ "release", POST, rpc_release, SMALL, { "identity", NULL } },
+	{ "start", POST, rpc_start, SMALL, { "identity", NULL } },
+	{ "stop", POST, rpc_stop, SMALL, { "identity", NULL } },
+	{ "get_status", GETPOST, rpc_get_status, SMALL, { "identity", NULL } },
+	{ "get_info", GETPOST, rpc_get_info, SMALL, { "identity", NULL } },
+	{ "check_health", GETPOST, rpc_check_health, SMALL,
+	    { "identity", NULL } },
+	{ "list_tools", GETPOST, rpc_list_tools, SMALL,
+	    { "identity", "tool_type" } },
+	{ "call_tool", POST, rpc_call_tool, LARGE, { "identity", "tool_name" } },
+	{ "add_mcp_servers", POST, rpc_add_mcp_servers, SMALL,
 	    { "identity", "server_configs" } },
-	{ "get_session_mapping", GETPOST, rpc_get_session_mapping,
+	{ "get_session_mapping", GETPOST, rpc_get_session_mapping, SMALL,
 	    { "session_ctx_id", NULL } },
-	{ "list_session_keys", GETPOST, rpc_list_session_keys, { NULL, NULL } },
-	{ "cleanup", POST, rpc_cleanup, { NULL, NULL } },
+	{ "list_session_keys", GETPOST, rpc_list_session_keys, SMALL,
+	    { NULL, NULL } },
+	{ "cleanup", POST, rpc_cleanup, SMALL, { NULL, NULL } },
 };
 
 #define NMETHODS (sizeof methods / sizeof methods[0])
@@ -678,7 +687,7 @@ api_agentscope_routes(size_t *n)
 	size_t k = 0;
 
 	routes[k++] = (struct http_route){ HTTP_METHOD_GET, "/health", EXACT,
-	    HTTP_ROUTE_NO_AUTH, route_health, 0 };
+	    HTTP_ROUTE_NO_AUTH, route_health, SMALL };
 	for (size_t i = 0; i < NMETHODS; i++) {
 		snprintf(paths[i][0], sizeof paths[i][0], "/%s",
 		    methods[i].name);
@@ -686,7 +695,8 @@ api_agentscope_routes(size_t *n)
 		    methods[i].name);
 		for (size_t j = 0; j < 2; j++)
 			routes[k++] = (struct http_route){ methods[i].methods,
-			    paths[i][j], EXACT, 0, route_rpc, 0 };
+			    paths[i][j], EXACT, 0, route_rpc,
+			    methods[i].max_body };
 	}
 	routes[k++] = (struct http_route){ PROXY_METHODS, "/proxy/",
 	    HTTP_MATCH_PREFIX, HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH,

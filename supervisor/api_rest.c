@@ -405,17 +405,24 @@ route_session_release(struct http_request *req, void *arg)
 #define ANY (HTTP_METHOD_GET | HTTP_METHOD_POST | HTTP_METHOD_PUT | \
     HTTP_METHOD_DELETE | HTTP_METHOD_PATCH)
 
+/* Bodies name types, sessions and options: 1 MiB is plenty. What goes to
+ * an agent streams through /v1/sandboxes/{id}/agent/, which the agent
+ * limits itself. */
+#define SMALL (1024 * 1024)
+
 static const struct http_route routes[] = {
 	{ HTTP_METHOD_POST, "/v1/sandboxes", HTTP_MATCH_EXACT, 0, route_create,
-	    0 },
-	{ HTTP_METHOD_GET, "/v1/sandboxes", HTTP_MATCH_EXACT, 0, route_list, 0 },
+	    SMALL },
+	{ HTTP_METHOD_GET, "/v1/sandboxes", HTTP_MATCH_EXACT, 0, route_list,
+	    SMALL },
 	{ ANY, "/v1/sandboxes/", HTTP_MATCH_PREFIX,
 	    HTTP_ROUTE_STREAM_BODY | HTTP_ROUTE_NO_AUTH, route_sandbox, 0 },
 	{ HTTP_METHOD_POST, "/v1/sessions/connect", HTTP_MATCH_EXACT, 0,
-	    route_connect, 0 },
+	    route_connect, SMALL },
 	{ HTTP_METHOD_POST, "/v1/sessions/release", HTTP_MATCH_EXACT, 0,
-	    route_session_release, 0 },
-	{ HTTP_METHOD_GET, "/metrics", HTTP_MATCH_EXACT, 0, metrics_route, 0 },
+	    route_session_release, SMALL },
+	{ HTTP_METHOD_GET, "/metrics", HTTP_MATCH_EXACT, 0, metrics_route,
+	    SMALL },
 };
 
 const struct http_route *

@@ -118,6 +118,19 @@ static const struct config_option options[] = {
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
 	    "BOOL", "log one line per request (default false)" },
+	{ "--max-connections", "SANDBOXD_MAX_CONNECTIONS", CONFIG_INT,
+	    C(max_connections), "N", "client connections open at once; more "
+	    "get 503 (default 0: a quarter of the open-file limit, at most "
+	    "1024)" },
+	{ "--header-timeout", "SANDBOXD_HEADER_TIMEOUT", CONFIG_DOUBLE,
+	    C(header_timeout), "SECONDS", "a request's whole head must come "
+	    "within this of its first byte (default 30)" },
+	{ "--body-min-rate", "SANDBOXD_BODY_MIN_RATE", CONFIG_SIZE,
+	    C(body_min_rate), "SIZE", "bytes per second a request body must "
+	    "average over each window, or it is cut (default 1K; 0: none)" },
+	{ "--body-rate-window", "SANDBOXD_BODY_RATE_WINDOW", CONFIG_DOUBLE,
+	    C(body_rate_window), "SECONDS", "the window of --body-min-rate "
+	    "(default 30)" },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -157,6 +170,9 @@ set_defaults(struct sandboxd_config *c)
 	c->proxy_timeout = 3600;
 	c->pool_parallel = 2;
 	c->docker_parallel = 8;
+	c->header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
+	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
+	c->body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
 	c->redis_port = 6379;
 }
 
@@ -567,6 +583,16 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	}
 	if (c->pool_parallel < 1) {
 		error_set(err, 400, "SANDBOXD_POOL_PARALLEL: must be at least 1");
+		return -1;
+	}
+	if (c->max_connections < 0) {
+		error_set(err, 400, "SANDBOXD_MAX_CONNECTIONS: must be 0 (the "
+		    "default) or more");
+		return -1;
+	}
+	if (!(c->header_timeout > 0) || !(c->body_rate_window > 0)) {
+		error_set(err, 400, "SANDBOXD_HEADER_TIMEOUT and "
+		    "SANDBOXD_BODY_RATE_WINDOW: must be positive");
 		return -1;
 	}
 	if (c->docker_host == NULL)

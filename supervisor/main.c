@@ -252,6 +252,10 @@ setup(int argc, char **argv)
 	hc.auth_wrong_detail = "Invalid authentication credentials";
 	hc.access_log = sd.cfg.access_log;
 	hc.server_name = "sandboxd/" VERSION;
+	hc.max_connections = (size_t)sd.cfg.max_connections;
+	hc.header_timeout = sd.cfg.header_timeout;
+	hc.body_min_rate = sd.cfg.body_min_rate;
+	hc.body_rate_window = sd.cfg.body_rate_window;
 	sd.http = http_server_new(sd.base, &hc);
 	if (listen_all(&err) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err.msg);

@@ -351,8 +351,8 @@ proxy_route(struct http_request *req, void *arg)
 		idlen = strcspn(raw, "/?");
 	}
 	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &identity) < 0) {
-		http_reply_error(req, 404, "no sandbox named in %s",
-		    http_request_path(req));
+		/* Before auth: nothing of the client's in the answer. */
+		http_reply_error(req, 404, "no sandbox named in the path");
 		return;
 	}
 	sb = sandbox_find(identity);

@@ -86,6 +86,10 @@ struct sandboxd_config {
 	long docker_parallel;		/* Engine API calls at once */
 	char *log_level;
 	int access_log;
+	long max_connections;		/* client connections; 0: the default */
+	double header_timeout;		/* seconds for a whole request head */
+	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
+	double body_rate_window;	/* seconds the rate is averaged over */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;

@@ -47,7 +47,7 @@ class Agent:
     """A running sandbox-agent on 127.0.0.1 with its own workspace."""
 
     def __init__(self, workspace, extra_args=(), env=None, token="test-token",
-                 wrapper=()):
+                 wrapper=(), preexec_fn=None):
         self.workspace = workspace
         self.token = token
         self.port = free_port()
@@ -64,7 +64,8 @@ class Agent:
                 "--workspace", workspace, "--access-log", "true", *extra_args]
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, env=e, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=preexec_fn)
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
         self.wait_ready()
@@ -143,12 +144,14 @@ def tmp_workspace():
 
 @pytest.fixture
 def start_agent(tmp_workspace):
-    """Factory: start_agent(*args, env=..., token=..., wrapper=...) -> Agent."""
+    """Factory: start_agent(*args, env=..., token=..., wrapper=...,
+    preexec_fn=...) -> Agent."""
     started = []
 
     def start(*extra_args, env=None, token="test-token", workspace=None,
-              wrapper=()):
-        a = Agent(workspace or tmp_workspace, extra_args, env, token, wrapper)
+              wrapper=(), preexec_fn=None):
+        a = Agent(workspace or tmp_workspace, extra_args, env, token, wrapper,
+                  preexec_fn)
         started.append(a)
         return a
 

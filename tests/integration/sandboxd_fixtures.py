@@ -77,7 +77,7 @@ class Sandboxd:
     """A running sandboxd on 127.0.0.1 with its own state directory."""
 
     def __init__(self, tag, env=None, args=(), token=None, workdir=None,
-                 state_dir=None, wait=True):
+                 state_dir=None, wait=True, wrapper=()):
         # Short paths: agents' unix sockets live under the state dir.
         self.dir = workdir or tempfile.mkdtemp(prefix="sbxd-", dir="/tmp")
         self.state_dir = state_dir or os.path.join(self.dir, "st")
@@ -101,6 +101,8 @@ class Sandboxd:
         e.update(env or {})
         self.env = e
         self.args = list(args)
+        # A command that execs sandboxd (strace -D ...), same pid.
+        self.wrapper = list(wrapper)
         self.session = requests.Session()
         if token is not None:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -111,7 +113,8 @@ class Sandboxd:
     def start(self, wait=True):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [SANDBOXD_BIN, "--port", str(self.port), *self.args],
+            [*self.wrapper, SANDBOXD_BIN, "--port", str(self.port),
+             *self.args],
             env=self.env, cwd=self.dir, stdout=self.log,
             stderr=subprocess.STDOUT)
         if wait:

