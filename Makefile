@@ -32,8 +32,8 @@ SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
 
 LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
-AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lhttp_parser -lpng16 -lz -lm \
-	-levent_core -ljansson -lseccomp -lpthread
+AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
+	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
@@ -121,6 +121,16 @@ $(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(
 $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+
+# tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
+# the common objects; Nettle for the WebSocket handshake's hashing).
+$(BUILD)/unit/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/agent/%.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iagent $(CFLAGS) -o $@ $< $(BUILD)/agent/$*.o $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
+
+$(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%.o $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(BUILD)/asan/agent/$*.o $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done

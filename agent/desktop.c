@@ -464,6 +464,7 @@ desktop_free(struct agent *agent)
 	free(d->programs);
 	free(d->display);
 	free(d->vnc_socket);
+	free(d->novnc);
 	free(d);
 	agent->desktop = NULL;
 }
@@ -484,6 +485,12 @@ const char *
 desktop_vnc_socket(const struct desktop *d)
 {
 	return d->vnc_socket;
+}
+
+const char *
+desktop_novnc(const struct desktop *d)
+{
+	return d->novnc;
 }
 
 int

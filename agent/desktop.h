@@ -8,7 +8,9 @@
  *   {"display": ":1",                        the DISPLAY commands get
  *    "vnc_socket": "/run/desktop/vnc.sock",  where the VNC server listens
  *    "server": PROGRAM,                      the X/VNC server, started first
- *    "programs": [PROGRAM, ...]}             started once the display answers
+ *    "programs": [PROGRAM, ...],             started once the display answers
+ *    "novnc": "/opt/novnc"}                  noVNC's files, for the web
+ *                                            viewer at /vnc/ (optional)
  * PROGRAM is {"command": ["/abs/path", "arg", ...], "name": "for logs",
  * "user": "UID:GID" (default: the --run-as user; never root),
  * "env": {"NAME": "value"} (added to the environment commands get)}.
@@ -37,6 +39,8 @@ int desktop_ready(const struct desktop *d);
 /* The shared connection to the display; lives as long as d. */
 struct vnc *desktop_vnc(struct desktop *d);
 const char *desktop_vnc_socket(const struct desktop *d);
+/* The directory of noVNC's files, or NULL. */
+const char *desktop_novnc(const struct desktop *d);
 /* Any thread: the display does not answer. A server waiting out its
  * back-off starts now; a running one that no longer answers is
  * restarted. */

@@ -167,9 +167,11 @@ desktop_config_load(struct agent *agent, struct desktop *d, const char *path,
 		if (strcmp(key, "display") != 0 &&
 		    strcmp(key, "vnc_socket") != 0 &&
 		    strcmp(key, "server") != 0 &&
-		    strcmp(key, "programs") != 0) {
+		    strcmp(key, "programs") != 0 &&
+		    strcmp(key, "novnc") != 0) {
 			error_set(err, 400, "--desktop %s: unknown key \"%s\" "
-			    "(display, vnc_socket, server, programs)", path, key);
+			    "(display, vnc_socket, server, programs, novnc)",
+			    path, key);
 			goto out;
 		}
 	}
@@ -181,6 +183,15 @@ desktop_config_load(struct agent *agent, struct desktop *d, const char *path,
 		    "(\":N\") and \"vnc_socket\" an absolute path", path);
 		goto out;
 	}
+	v = json_object_get(root, "novnc");
+	if (v != NULL && (!json_is_string(v) ||
+	    json_string_value(v)[0] != '/')) {
+		error_set(err, 400, "--desktop %s: \"novnc\" must be an "
+		    "absolute path", path);
+		goto out;
+	}
+	if (v != NULL)
+		d->novnc = xstrdup(json_string_value(v));
 	programs = json_object_get(root, "programs");
 	if (programs != NULL && !json_is_array(programs)) {
 		error_set(err, 400, "--desktop %s: \"programs\" must be a list",

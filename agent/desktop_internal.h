@@ -43,6 +43,7 @@ struct desktop {
 	struct agent *agent;
 	char *display;
 	char *vnc_socket;
+	char *novnc;			/* noVNC's files, or NULL */
 	struct desktop_program *programs;	/* [0] is the server */
 	size_t nprograms;
 	struct vnc *vnc;

@@ -3,6 +3,7 @@
  * server's alias prefix), as clients of the reference expect.
  */
 #include "agent.h"
+#include "desktop_web.h"
 
 #define POST HTTP_METHOD_POST
 #define GET (HTTP_METHOD_GET | HTTP_METHOD_HEAD)
@@ -36,6 +37,11 @@ static const struct http_route routes[] = {
 	{ POST, "/mcp/add_servers", EXACT, 0, mcp_route_add_servers, SMALL },
 	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, SMALL },
 	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, LARGE },
+	/* The desktop's web viewer: its own token check (desktop_web.h). */
+	{ GET, "/vnc/", HTTP_MATCH_PREFIX, HTTP_ROUTE_NO_AUTH,
+	    desktop_web_route, SMALL },
+	{ HTTP_METHOD_GET, "/websockify", EXACT, HTTP_ROUTE_NO_AUTH,
+	    vnc_relay_route, SMALL },
 };
 
 const struct http_route *

@@ -1,63 +1,147 @@
 /*
- * Where the pointer is: VNC has no message for it, so this asks the X
- * server itself, speaking just enough of the X11 protocol (the connection
- * setup, then QueryPointer on the root window) over the display's unix
- * socket. Used under the vnc mutex (vnc.c); the connection stays open
- * between queries and is made anew after a failure.
+ * Where the pointer is: VNC does not tell (TigerVNC sends its PointerPos
+ * only when a program warps the pointer, not when a VNC client, a viewer
+ * in a browser among them, or XTest moves it), so this asks the X server
+ * itself, QueryPointer on the root window, over libxcb. Used under the vnc
+ * mutex (vnc.c); the connection stays open between queries and is made
+ * anew after a failure.
  *
- * The X server is the user's, like the VNC server: every length it sends
- * is checked, and every read has a timeout.
+ * The X server is the user's, like the VNC server. libxcb checks what it
+ * reads, but waits without end for whatever a server promised (the setup
+ * reply, the rest of a reply whose length was announced), so every
+ * exchange has a deadline kept by a guard thread: once it passes, the
+ * guard shuts the socket down and libxcb's wait ends in an error. What a
+ * hostile server can still do is announce one reply of up to 2 GiB
+ * (libxcb's own cap) and fill it before the deadline; the memory is freed
+ * with the connection.
  */
 #include "vnc.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <stdint.h>
+#include <stddef.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <xcb/xcb.h>
+#include <xcb/xcbext.h>
 
 #include "xmalloc.h"
 
 #define X11_TIMEOUT_MS 2000
-/* A connection setup reply of Xvnc is a few KiB (its visuals); this is
- * far more than any server needs. */
-#define X11_SETUP_MAX (256 * 1024)
-#define X11_QUERY_POINTER 38
-/* Events and errors the server may send meanwhile (MappingNotify when the
- * VNC server adds a key to the keymap) are skipped, up to this many. */
-#define X11_SKIP_MAX 1024
 
 struct vnc_x11 {
 	char path[sizeof ((struct sockaddr_un *)0)->sun_path];
-	int fd;				/* -1 while closed */
-	uint32_t root;			/* the first screen's root window */
-	uint16_t seq;			/* requests sent on fd */
+	xcb_connection_t *conn;		/* NULL while closed */
+	xcb_window_t root;		/* the first screen's root window */
+
+	/* The guard: while armed (fd >= 0), shuts fd down at deadline. */
+	pthread_t guard;
+	int guard_running;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int fd;
+	struct timespec deadline;	/* CLOCK_MONOTONIC */
+	int idle;			/* the guard waits for no deadline */
+	int quit;
 };
 
-static uint16_t
-u16(const unsigned char *p)
+static void *
+guard_main(void *arg)
 {
-	return (uint16_t)(p[0] | p[1] << 8);
+	struct vnc_x11 *x = arg;
+	struct timespec now;
+
+	pthread_mutex_lock(&x->lock);
+	while (!x->quit) {
+		if (x->fd < 0) {
+			x->idle = 1;
+			pthread_cond_wait(&x->cond, &x->lock);
+			x->idle = 0;
+			continue;
+		}
+		pthread_cond_timedwait(&x->cond, &x->lock, &x->deadline);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (x->fd >= 0 && (now.tv_sec > x->deadline.tv_sec ||
+		    (now.tv_sec == x->deadline.tv_sec &&
+		    now.tv_nsec >= x->deadline.tv_nsec))) {
+			/* libxcb's reads and writes now end at once. */
+			shutdown(x->fd, SHUT_RDWR);
+			x->fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
 }
 
-static uint32_t
-u32(const unsigned char *p)
+/* Deadline for fd, X11_TIMEOUT_MS from now. A guard waiting for an
+ * earlier deadline needs no wake-up: at that one it waits on for this. */
+static void
+arm(struct vnc_x11 *x, int fd)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	    (uint32_t)p[3] << 24;
+	pthread_mutex_lock(&x->lock);
+	clock_gettime(CLOCK_MONOTONIC, &x->deadline);
+	x->deadline.tv_sec += X11_TIMEOUT_MS / 1000;
+	x->deadline.tv_nsec += (long)(X11_TIMEOUT_MS % 1000) * 1000000;
+	if (x->deadline.tv_nsec >= 1000000000) {
+		x->deadline.tv_sec++;
+		x->deadline.tv_nsec -= 1000000000;
+	}
+	x->fd = fd;
+	if (x->idle)
+		pthread_cond_signal(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* Whether the guard fired meanwhile: then the socket is shut down. */
+static int
+disarm(struct vnc_x11 *x)
+{
+	int fired;
+
+	pthread_mutex_lock(&x->lock);
+	fired = x->fd < 0;
+	x->fd = -1;
+	pthread_mutex_unlock(&x->lock);
+	return fired;
+}
+
+static int
+start_guard(struct vnc_x11 *x, struct error *err)
+{
+	int e;
+
+	if (x->guard_running)
+		return 0;
+	e = pthread_create(&x->guard, NULL, guard_main, x);
+	if (e != 0) {
+		error_set_errno(err, 503, e, "starting the X connection's "
+		    "timer thread");
+		return -1;
+	}
+	x->guard_running = 1;
+	return 0;
 }
 
 struct vnc_x11 *
 vnc_x11_new(const char *display)
 {
 	struct vnc_x11 *x = xcalloc(1, sizeof *x);
+	pthread_condattr_t ca;
 	size_t digits;
 
 	x->fd = -1;
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&x->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	/* Only the local form ":N" (or ":N.S"); anything else is never
 	 * reached. */
 	if (display == NULL || display[0] != ':')
@@ -73,9 +157,9 @@ vnc_x11_new(const char *display)
 void
 vnc_x11_close(struct vnc_x11 *x)
 {
-	if (x->fd >= 0)
-		close(x->fd);
-	x->fd = -1;
+	if (x->conn != NULL)
+		xcb_disconnect(x->conn);
+	x->conn = NULL;
 }
 
 void
@@ -84,178 +168,172 @@ vnc_x11_free(struct vnc_x11 *x)
 	if (x == NULL)
 		return;
 	vnc_x11_close(x);
+	if (x->guard_running) {
+		pthread_mutex_lock(&x->lock);
+		x->quit = 1;
+		pthread_cond_signal(&x->cond);
+		pthread_mutex_unlock(&x->lock);
+		pthread_join(x->guard, NULL);
+	}
+	pthread_cond_destroy(&x->cond);
+	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
 
-/* Read exactly len bytes within the timeout. */
+/* The root window of the first screen. libxcb takes the setup reply's
+ * lengths as they come, so where the first screen lies is checked
+ * against the size of the reply before it is read. */
 static int
-read_full(int fd, void *buf, size_t len, struct error *err)
+find_root(struct vnc_x11 *x, struct error *err)
 {
-	unsigned char *p = buf;
+	const xcb_setup_t *s = xcb_get_setup(x->conn);
+	/* length counts the words after the reply's first 8 bytes. */
+	size_t size = offsetof(xcb_setup_t, release_number) +
+	    (size_t)s->length * 4;
+	size_t at = sizeof *s + (((size_t)s->vendor_len + 3) & ~(size_t)3) +
+	    (size_t)s->pixmap_formats_len * sizeof(xcb_format_t);
 
-	while (len > 0) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		ssize_t n;
-		int r = poll(&pfd, 1, X11_TIMEOUT_MS);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 0) {
-			error_set(err, 504, "the X server did not answer within "
-			    "%d ms", X11_TIMEOUT_MS);
-			return -1;
-		}
-		n = read(fd, p, len);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n <= 0) {
-			error_set(err, 503, "the X server closed the connection");
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
+	if (s->roots_len == 0 || at + sizeof(xcb_screen_t) > size) {
+		error_set(err, 503, "the X server's connection setup is "
+		    "malformed");
+		return -1;
 	}
+	x->root = xcb_setup_roots_iterator(s).data->root;
 	return 0;
-}
-
-static int
-write_full(int fd, const void *buf, size_t len, struct error *err)
-{
-	const unsigned char *p = buf;
-
-	while (len > 0) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			error_set_errno(err, 503, errno, "writing to the X "
-			    "server");
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* The root window of the first screen, from a setup reply's body. */
-static int
-parse_setup(struct vnc_x11 *x, const unsigned char *b, size_t len,
-    struct error *err)
-{
-	size_t vendor, formats, at;
-
-	if (len < 32)
-		goto bad;
-	vendor = u16(b + 16);
-	formats = b[21];
-	if (b[20] == 0)
-		goto bad;
-	at = 32 + ((vendor + 3) & ~(size_t)3) + 8 * formats;
-	if (at + 4 > len)
-		goto bad;
-	x->root = u32(b + at);
-	return 0;
-bad:
-	error_set(err, 503, "the X server's connection setup is malformed");
-	return -1;
 }
 
 static int
 x11_connect(struct vnc_x11 *x, struct error *err)
 {
-	/* Little-endian, protocol 11.0, no authorization. */
-	static const unsigned char setup[12] = { 'l', 0, 11, 0, 0, 0, 0, 0,
-	    0, 0, 0, 0 };
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	unsigned char head[8], *body;
-	size_t len;
-	int rc;
+	/* No authorization: X's socket is the sandbox's own, and this
+	 * reads no ~/.Xauthority. */
+	xcb_auth_info_t none = { 0 };
+	int fd, fired;
 
 	if (x->path[0] == '\0') {
 		error_set(err, 503, "the display is not a local X display "
 		    "(\":N\")");
 		return -1;
 	}
+	if (start_guard(x, err) < 0)
+		return -1;
 	memcpy(sun.sun_path, x->path, sizeof sun.sun_path);
-	x->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (x->fd < 0) {
+	/* Non-blocking: a server whose backlog is full refuses at once
+	 * rather than holding us. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
 		error_set_errno(err, 503, errno, "socket");
 		return -1;
 	}
-	if (connect(x->fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
+	if (connect(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
 		error_set_errno(err, 503, errno, "the X server does not answer "
 		    "at %s", x->path);
-		goto fail;
+		close(fd);
+		return -1;
 	}
-	if (write_full(x->fd, setup, sizeof setup, err) < 0 ||
-	    read_full(x->fd, head, sizeof head, err) < 0)
-		goto fail;
-	len = (size_t)u16(head + 6) * 4;
-	if (head[0] != 1) {
-		error_set(err, 503, "the X server refused the connection "
-		    "(status %u)", head[0]);
-		goto fail;
+	arm(x, fd);
+	/* Takes fd, also when it fails. */
+	x->conn = xcb_connect_to_fd(fd, &none);
+	fired = disarm(x);
+	if (xcb_connection_has_error(x->conn)) {
+		if (fired)
+			error_set(err, 504, "the X server did not answer "
+			    "within %d ms", X11_TIMEOUT_MS);
+		else
+			error_set(err, 503, "the X server refused the "
+			    "connection (xcb error %d)",
+			    xcb_connection_has_error(x->conn));
+		vnc_x11_close(x);
+		return -1;
 	}
-	if (len > X11_SETUP_MAX) {
-		error_set(err, 503, "the X server's connection setup is too "
-		    "large");
-		goto fail;
+	if (find_root(x, err) < 0) {
+		vnc_x11_close(x);
+		return -1;
 	}
-	body = xmalloc(len > 0 ? len : 1);
-	rc = read_full(x->fd, body, len, err);
-	if (rc == 0)
-		rc = parse_setup(x, body, len, err);
-	free(body);
-	if (rc < 0)
-		goto fail;
-	x->seq = 0;
 	return 0;
-fail:
-	vnc_x11_close(x);
-	return -1;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Events the server sends meanwhile (MappingNotify when the VNC server
+ * adds a key to the keymap) are dropped as they come: at most one read's
+ * worth is ever queued. */
+static void
+drop_events(xcb_connection_t *c)
+{
+	xcb_generic_event_t *ev;
+
+	while ((ev = xcb_poll_for_queued_event(c)) != NULL)
+		free(ev);
+}
+
+static int
+wait_reply(struct vnc_x11 *x, xcb_query_pointer_cookie_t ck,
+    xcb_query_pointer_reply_t **rep, xcb_generic_error_t **xerr)
+{
+	struct pollfd pfd = { .fd = xcb_get_file_descriptor(x->conn),
+	    .events = POLLIN };
+	int64_t deadline = now_ms() + X11_TIMEOUT_MS;
+
+	for (;;) {
+		int done = xcb_poll_for_reply(x->conn, ck.sequence,
+		    (void **)rep, xerr);
+		int64_t left;
+
+		drop_events(x->conn);
+		if (done)
+			return 0;
+		left = deadline - now_ms();
+		if (left <= 0)
+			return -1;
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			return -1;
+	}
 }
 
 static int
 query(struct vnc_x11 *x, int *px, int *py, struct error *err)
 {
-	unsigned char req[8] = { X11_QUERY_POINTER, 0, 2, 0 };
-	unsigned char rep[32];
+	xcb_query_pointer_reply_t *rep = NULL;
+	xcb_generic_error_t *xerr = NULL;
+	xcb_query_pointer_cookie_t ck;
+	int rc, fired;
 
-	req[4] = (unsigned char)x->root;
-	req[5] = (unsigned char)(x->root >> 8);
-	req[6] = (unsigned char)(x->root >> 16);
-	req[7] = (unsigned char)(x->root >> 24);
-	if (write_full(x->fd, req, sizeof req, err) < 0)
-		return -1;
-	x->seq++;
-	for (int skipped = 0; skipped < X11_SKIP_MAX; skipped++) {
-		if (read_full(x->fd, rep, sizeof rep, err) < 0)
-			return -1;
-		if (rep[0] == 0 && u16(rep + 2) == x->seq) {
-			error_set(err, 503, "the X server refused QueryPointer "
-			    "(error %u)", rep[1]);
-			return -1;
-		}
-		if (rep[0] != 1)
-			continue;	/* an event */
-		if (u16(rep + 2) != x->seq || u32(rep + 4) != 0) {
-			error_set(err, 503, "the X server answered out of turn");
-			return -1;
-		}
-		*px = (int16_t)u16(rep + 16);
-		*py = (int16_t)u16(rep + 18);
+	arm(x, xcb_get_file_descriptor(x->conn));
+	ck = xcb_query_pointer(x->conn, x->root);
+	rc = xcb_flush(x->conn) > 0 ? wait_reply(x, ck, &rep, &xerr) : -1;
+	fired = disarm(x);
+	if (rep != NULL) {
+		*px = rep->root_x;
+		*py = rep->root_y;
+		free(rep);
 		return 0;
 	}
-	error_set(err, 503, "the X server sent only events");
+	if (xerr != NULL) {
+		error_set(err, 503, "the X server refused QueryPointer (error "
+		    "%u)", xerr->error_code);
+		free(xerr);
+	} else if (rc < 0 || fired) {
+		error_set(err, 504, "the X server did not answer within %d ms",
+		    X11_TIMEOUT_MS);
+	} else {
+		error_set(err, 503, "the X server closed the connection");
+	}
 	return -1;
 }
 
 int
 vnc_x11_query_pointer(struct vnc_x11 *x, int *px, int *py, struct error *err)
 {
-	if (x->fd >= 0 && query(x, px, py, err) == 0)
+	if (x->conn != NULL && query(x, px, py, err) == 0)
 		return 0;
 	/* A connection that failed, or none yet: one fresh try. */
 	vnc_x11_close(x);

@@ -30,6 +30,7 @@
 
 #include "error.h"
 
+struct bufferevent;
 struct event_base;
 struct evbuffer;
 struct http_server;
@@ -183,6 +184,21 @@ void http_reply_error(struct http_request *req, int status, const char *fmt,
 void http_reply_err(struct http_request *req, const struct error *err);
 /* Status 204 with no body. */
 void http_reply_empty(struct http_request *req, int status);
+
+/* Switching protocols (a WebSocket). http_request_is_upgrade: the request
+ * is complete, bodiless and asks for an upgrade ("Connection: upgrade" and
+ * an Upgrade header), so that nothing after its head is HTTP.
+ * http_reply_upgrade, only for such a request: answer 101 with the given
+ * header lines ("Name: value", NULL-terminated) and hand the connection
+ * over. cb then runs from the loop, never inside this call, with the
+ * connection's bufferevent: callbacks, timeouts and watermarks cleared,
+ * its input holding what the client sent after the request, and from
+ * then on the caller's to free (the server forgets it). If the client
+ * leaves first, cb runs with NULL. req is freed either way. */
+typedef void (*http_upgrade_cb)(struct bufferevent *bev, void *arg);
+int http_request_is_upgrade(struct http_request *req);
+void http_reply_upgrade(struct http_request *req, const char *const *headers,
+    http_upgrade_cb cb, void *arg);
 
 /* Streamed reply: content_length -1 means chunked transfer encoding. */
 void http_reply_start(struct http_request *req, int status,

@@ -97,6 +97,8 @@ struct http_conn {
 	const char *parse_start;	/* of the bytes being parsed */
 	char parse_last;		/* last byte parsed before them */
 	const char *fault;		/* why a callback stopped the parser */
+	http_upgrade_cb upgrade_cb;	/* set: a 101 went out, hand it over */
+	void *upgrade_arg;
 	LIST_ENTRY(http_conn) entry;
 };
 
@@ -128,6 +130,7 @@ struct http_request {
 	int rejected;			/* answered before the body was read */
 	int dispatched;			/* handler has run */
 	int body_complete;
+	int upgrade;			/* asks to switch protocols */
 	int body_aborted;		/* body callback said stop */
 
 	http_body_cb body_cb;
@@ -183,6 +186,10 @@ void http_listeners_conn_closed(struct http_server *server);
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);
+/* A 101 is queued on conn (its request retired): hand the connection to
+ * cb from the loop. */
+void http_conn_upgrade(struct http_conn *conn, http_upgrade_cb cb,
+    void *arg);
 /* The request has its reply: REPLY_DONE, detached from its connection,
  * freed on the next loop turn. */
 void http_request_retire(struct http_request *req);

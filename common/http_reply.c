@@ -8,6 +8,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 
 #include "log.h"
 #include "utf8.h"
@@ -194,6 +195,60 @@ void
 http_reply_empty(struct http_request *req, int status)
 {
 	http_reply(req, status, NULL, NULL, 0);
+}
+
+/* cb(NULL) for a request whose client left before its 101. */
+struct upgrade_gone {
+	http_upgrade_cb cb;
+	void *arg;
+};
+
+static void
+upgrade_gone_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct upgrade_gone *g = arg;
+
+	(void)fd;
+	(void)what;
+	g->cb(NULL, g->arg);
+	free(g);
+}
+
+void
+http_reply_upgrade(struct http_request *req, const char *const *headers,
+    http_upgrade_cb cb, void *arg)
+{
+	const char *server_name = req->server->cfg.server_name;
+	struct http_conn *conn = req->conn;
+	struct upgrade_gone *g;
+	struct evbuffer *out;
+
+	if (!http_request_is_upgrade(req) || req->reply != REPLY_NONE)
+		fatal("http: %s %s cannot switch protocols", req->method_name,
+		    req->path);
+	req->status = 101;
+	if (conn == NULL) {
+		access_log(req);
+		http_request_retire(req);
+		g = xmalloc(sizeof *g);
+		g->cb = cb;
+		g->arg = arg;
+		if (event_base_once(req->server->base, -1, EV_TIMEOUT,
+		    upgrade_gone_cb, g, NULL) < 0)
+			fatal("cannot schedule an event");
+		return;
+	}
+	out = bufferevent_get_output(conn->bev);
+	evbuffer_add_printf(out, "HTTP/1.1 101 %s\r\n", http_status_reason(101));
+	if (server_name != NULL)
+		evbuffer_add_printf(out, "Server: %s\r\n", server_name);
+	for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+		evbuffer_add_printf(out, "%s\r\n", headers[i]);
+	evbuffer_add(out, "\r\n", 2);
+	access_log(req);
+	conn->req = NULL;
+	http_request_retire(req);
+	http_conn_upgrade(conn, cb, arg);
 }
 
 void

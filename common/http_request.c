@@ -119,6 +119,12 @@ http_request_connected(struct http_request *req)
 	return req->conn != NULL;
 }
 
+int
+http_request_is_upgrade(struct http_request *req)
+{
+	return req->upgrade && req->body_complete;
+}
+
 json_t *
 http_request_json(struct http_request *req, struct error *err)
 {

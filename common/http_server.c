@@ -27,6 +27,7 @@
 #define HTTP_IO_STEP		(256 * 1024)	/* bytes per socket read/write */
 
 static void conn_parse(struct http_conn *conn);
+static void conn_upgrade(struct http_conn *conn);
 static void conn_free(struct http_conn *conn);
 static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
@@ -429,6 +430,12 @@ on_message_complete(http_parser *p)
 	if (req == NULL)
 		return 0;
 	req->body_complete = 1;
+	/* What follows the head of an upgrade is another protocol: an
+	 * ordinary answer ends the connection. */
+	if (p->upgrade) {
+		req->upgrade = 1;
+		req->reply_close = 1;
+	}
 	/* One request at a time: pipelined requests wait in the input buffer
 	 * until this one is answered. */
 	http_parser_pause(p, 1);
@@ -621,6 +628,10 @@ conn_parse(struct http_conn *conn)
 {
 	struct evbuffer *in = bufferevent_get_input(conn->bev);
 
+	if (conn->upgrade_cb != NULL) {
+		conn_upgrade(conn);
+		return;
+	}
 	if (conn->req == NULL && !conn->waiting_reply && !conn->closing &&
 	    evbuffer_get_length(in) > 0)
 		conn_limit_head(conn);
@@ -651,6 +662,32 @@ conn_parse(struct http_conn *conn)
 			return;
 		}
 	}
+}
+
+void
+http_conn_upgrade(struct http_conn *conn, http_upgrade_cb cb, void *arg)
+{
+	conn->upgrade_cb = cb;
+	conn->upgrade_arg = arg;
+	event_active(conn->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* The 101 is queued: the connection leaves the server with what is in its
+ * buffers, the rest of the 101 included. */
+static void
+conn_upgrade(struct http_conn *conn)
+{
+	struct bufferevent *bev = conn->bev;
+	http_upgrade_cb cb = conn->upgrade_cb;
+	void *arg = conn->upgrade_arg;
+
+	conn->upgrade_cb = NULL;
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+	bufferevent_set_timeouts(bev, NULL, NULL);
+	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+	conn->bev = NULL;
+	conn_free(conn);
+	cb(bev, arg);
 }
 
 static void
@@ -789,6 +826,8 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 conn_free(struct http_conn *conn)
 {
+	http_upgrade_cb upgrade_cb = conn->upgrade_cb;
+
 	if (conn->in_parse)
 		fatal("http: connection freed while parsing");
 	if (conn->req != NULL) {
@@ -803,11 +842,15 @@ conn_free(struct http_conn *conn)
 	}
 	LIST_REMOVE(conn, entry);
 	conn->server->nconns--;
-	bufferevent_free(conn->bev);
+	if (conn->bev != NULL)
+		bufferevent_free(conn->bev);
 	event_free(conn->resume_ev);
 	event_free(conn->limit_ev);
 	http_header_reader_free(&conn->hr);
 	http_listeners_conn_closed(conn->server);
+	/* Gone before its hand-over: its taker hears so. */
+	if (upgrade_cb != NULL)
+		upgrade_cb(NULL, conn->upgrade_arg);
 	free(conn);
 }
 

@@ -746,6 +746,7 @@ begin_release(struct sandbox *sb)
 	struct lifecycle_op *op = op_new(sb, OP_RELEASE, NULL, NULL);
 
 	sandbox_set_state(sb, SB_RELEASING);
+	desktop_relay_close_sandbox(sb);
 	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
 	    sb->container_id : sb->name, removed_cb, op);
 }

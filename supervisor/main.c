@@ -149,16 +149,18 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 static struct http_route *
 merged_routes(size_t *n)
 {
-	const struct http_route *a, *b;
+	const struct http_route *a, *b, *c;
 	struct http_route *all;
-	size_t na, nb;
+	size_t na, nb, nc;
 
 	a = api_agentscope_routes(&na);
 	b = api_rest_routes(&nb);
-	all = xcalloc(na + nb, sizeof *all);
+	c = api_desktop_routes(&nc);
+	all = xcalloc(na + nb + nc, sizeof *all);
 	memcpy(all, a, na * sizeof *a);
 	memcpy(all + na, b, nb * sizeof *b);
-	*n = na + nb;
+	memcpy(all + na + nb, c, nc * sizeof *c);
+	*n = na + nb + nc;
 	return all;
 }
 
@@ -280,6 +282,7 @@ teardown(void)
 	pool_stop();
 	health_stop();
 	sessions_free();
+	desktop_relay_close_all();
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);

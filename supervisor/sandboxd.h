@@ -407,9 +407,20 @@ void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
 
-/* api_agentscope.c, api_rest.c: route tables. */
+/* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
 const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
+const struct http_route *api_desktop_routes(size_t *n);
+
+/* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
+/* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as
+ * sent, may be NULL); answers req whatever comes. */
+void desktop_relay_start(struct http_request *req, struct sandbox *sb,
+    const char *query);
+/* Close the viewers of sb (its release), of every sandbox (shutdown). */
+void desktop_relay_close_sandbox(struct sandbox *sb);
+void desktop_relay_close_all(void);
+size_t desktop_relay_count(void);
 /* Shared helpers of the two APIs. */
 int api_parse_create(json_t *args, struct create_request *creq,
     const char *type_key, struct error *err);

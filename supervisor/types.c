@@ -57,11 +57,13 @@ struct builtin {
 #define MiB (1024LL * 1024)
 
 /* Limits are ceilings, not reservations: a hundred idle minimal sandboxes
- * cost almost nothing. The browser type needs the network to browse. */
+ * cost almost nothing. The browser type needs the network to browse.
+ * filesystem, browser and gui carry a desktop (an X server, its window
+ * manager, what a person opens on it from desktop_url): the same room. */
 static const struct builtin builtins[] = {
 	{ "base", 1024 * MiB, 1.0, 512, "none", NULL, generic_tools },
 	{ "minimal", 256 * MiB, 0.5, 128, "none", NULL, NULL },
-	{ "filesystem", 1024 * MiB, 1.0, 512, "none", "filesystem",
+	{ "filesystem", 2048 * MiB, 1.0, 1024, "none", "filesystem",
 	    filesystem_tools },
 	{ "browser", 2048 * MiB, 1.0, 1024, "bridge", NULL, browser_tools },
 	{ "gui", 2048 * MiB, 1.0, 1024, "none", "computer", gui_tools },

@@ -12,8 +12,10 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -39,7 +41,8 @@ def free_display():
     raise AssertionError("no free X display number")
 
 
-def desktop_config(directory, display, programs=(), server=None):
+def desktop_config(directory, display, programs=(), server=None, **extra):
+    """The desktop file; extra keys ("novnc") go in as given."""
     sock = os.path.join(directory, "vnc.sock")
     cfg = {
         "display": f":{display}",
@@ -47,9 +50,11 @@ def desktop_config(directory, display, programs=(), server=None):
         "server": server or {"name": "Xvnc", "command": [
             "/usr/bin/Xvnc", f":{display}", "-geometry", "1280x800",
             "-depth", "24", "-rfbunixpath", sock, "-rfbunixmode", "0600",
-            "-rfbport", "-1", "-SecurityTypes", "None", "-nolisten", "tcp",
-            "-nolisten", "local", "-AlwaysShared", "-desktop", "sandbox"]},
+            "-rfbport", "-1", "-SecurityTypes", "None", "-UseBlacklist=0",
+            "-nolisten", "tcp", "-nolisten", "local", "-AlwaysShared",
+            "-desktop", "sandbox"]},
         "programs": list(programs),
+        **extra,
     }
     path = os.path.join(directory, "desktop.json")
     with open(path, "w") as f:
@@ -168,9 +173,9 @@ def start_desktop(start_agent, tmp_workspace, desktop_dir):
     computer tool."""
     os.chown(tmp_workspace, USER, USER)
 
-    def start(*extra, programs=(), server=None):
-        display = free_display()
-        cfg = desktop_config(desktop_dir, display, programs, server)
+    def start(*extra, programs=(), server=None, display=None, **keys):
+        display = display or free_display()
+        cfg = desktop_config(desktop_dir, display, programs, server, **keys)
         agent = start_agent("--run-as", f"{USER}:{USER}", "--tools",
                             "computer", "--desktop", cfg, *extra)
         return Desktop(agent, display, desktop_dir)
@@ -338,7 +343,9 @@ def test_bad_desktop_files_stop_the_agent_at_start(tmp_workspace,
         "and \"vnc_socket\" an absolute path"
     assert refused({**good, "colour": "red"}) == \
         "sandbox-agent: --desktop FILE: unknown key \"colour\" (display, " \
-        "vnc_socket, server, programs)"
+        "vnc_socket, server, programs, novnc)"
+    assert refused({**good, "novnc": "opt/novnc"}) == \
+        "sandbox-agent: --desktop FILE: \"novnc\" must be an absolute path"
     assert refused({**good, "programs": [{"command": ["/bin/true"],
                                            "user": "0:0"}]},
                    "--run-as", f"{USER}:{USER}") == \
@@ -366,6 +373,52 @@ def test_cursor_moves_where_told(desk):
     desk.ok("left_click_drag", coordinate=[400, 300])
     assert desk.ok("get_cursor_position")["structuredContent"] == \
         {"x": 400, "y": 300}
+
+
+def test_an_x_server_that_never_answers_is_given_up_on(start_desktop,
+                                                      desktop_dir):
+    """The pointer's place comes from the display's X server, the user's
+    program: one that takes the connection and never answers costs each
+    call a bounded wait, and the agent keeps serving."""
+    fake = free_display()
+    real = free_display()
+    path = f"/tmp/.X11-unix/X{fake}"
+    held = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)	# the agent connects as the user
+    listener.listen(16)
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])	# never answered
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        d = start_desktop(server={"name": "Xvnc", "command": [
+            "/usr/bin/Xvnc", f":{real}", "-geometry", "1280x800",
+            "-depth", "24", "-rfbunixpath",
+            os.path.join(desktop_dir, "vnc.sock"), "-rfbport", "-1",
+            "-SecurityTypes", "None", "-nolisten", "tcp", "-nolisten",
+            "local", "-AlwaysShared"]}, display=fake)
+        for _ in range(2):
+            started = time.time()
+            res = d.call("get_cursor_position")
+            assert res["isError"] is True, res
+            assert "the X server did not answer within 2000 ms" in \
+                res["content"][0]["text"], res
+            assert time.time() - started < 15
+        assert held
+        assert d.agent.get("/healthz").status_code == 200
+        # The VNC side still works: a screenshot, without a crosshair.
+        d.ok("get_screenshot")
+    finally:
+        listener.close()
+        os.unlink(path)
+        for s in held:
+            s.close()
 
 
 GRAB = """

@@ -34,8 +34,13 @@ def docker(*args, check=True, timeout=120):
     return r
 
 
+# RUNTIME_SANDBOX_IMAGE_TAG picks the images' tag (default latest), for
+# tools/build-image and these tests alike.
+TAG = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
+
+
 def image_name(sandbox_type):
-    return f"agentscope/runtime-sandbox-{sandbox_type}:latest"
+    return f"agentscope/runtime-sandbox-{sandbox_type}:{TAG}"
 
 
 def agent_version():
@@ -191,6 +196,9 @@ def test_healthcheck_reports_healthy_and_unhealthy(sandbox, sandbox_type):
 def test_image_sizes(images):
     assert image_size(images["minimal"]) <= 8 * MiB
     assert image_size(images["base"]) <= 250 * MiB
+    # The three with a desktop.
+    assert image_size(images["filesystem"]) <= 350 * MiB
+    assert image_size(images["browser"]) <= 1000 * MiB
     assert image_size(images["gui"]) <= 900 * MiB
 
 

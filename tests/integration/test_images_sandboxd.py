@@ -11,12 +11,12 @@ import pytest
 
 from conftest import result_texts
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
-from test_images import (PAGE, TYPES, images, text_of)  # noqa: F401
+from test_images import (PAGE, TAG, TYPES, images, text_of)  # noqa: F401
 
 
 @pytest.fixture
 def sbxd(images, start_sandboxd):  # noqa: F811
-    return start_sandboxd(tag="latest", env={
+    return start_sandboxd(tag=TAG, env={
         "SANDBOXD_HEALTH_INTERVAL": "5"})
 
 

@@ -1,0 +1,322 @@
+"""Hostile viewers of the desktop's web viewer: no token, a wrong one,
+another sandbox's; malformed and oversized WebSocket frames; a viewer that
+never reads; many viewers coming and going. Against the agent's
+/websockify (a real Xvnc the agent starts) and sandboxd's /desktop/{id}
+(the filesystem image, which carries a desktop). Each must be refused or
+bounded, no VNC byte may reach an unauthenticated client, no token may
+reach a log, and the agent and sandboxd keep serving with their
+descriptors back where they were.
+
+Everything is on 127.0.0.1, unix sockets, and containers made here.
+"""
+import os
+import socket
+import struct
+import subprocess
+import time
+import uuid
+
+import pytest
+import requests
+
+import ws_client
+from conftest import ROOT, rss_kib
+from sandboxd_fixtures import docker, minimal_tag, start_sandboxd  # noqa: F401
+from test_agent_computer import desktop_dir  # noqa: F401
+from test_agent_desktop_web import read_update, rfb_handshake, web_desktop  # noqa: F401
+from test_images_desktop import TAG, viewer
+
+MiB = 1024 * 1024
+
+
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def settle(pid, want, timeout=10):
+    """Wait until pid has want descriptors open (or fewer); the count."""
+    deadline = time.time() + timeout
+    while open_fds(pid) > want and time.time() < deadline:
+        time.sleep(0.05)
+    return open_fds(pid)
+
+
+def ask_for_screens(ws, n=100):
+    """Ask for a full screen, raw (4 MiB), every 30 ms for 3 s: a VNC
+    server sends the next one whenever the last has left it, so 400 MiB
+    head for a relay that reads them all."""
+    for _ in range(n):
+        ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
+        time.sleep(0.03)
+
+
+def raw_upgrade(port, path, headers=()):
+    """An upgrade request on a plain socket: everything the server sends
+    until it closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    lines = [f"GET {path} HTTP/1.1", "Host: x", "Upgrade: websocket",
+             "Connection: Upgrade", "Sec-WebSocket-Version: 13",
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+             "Sec-WebSocket-Protocol: binary", *headers]
+    s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return data
+
+
+def refused_whole(data, status, body):
+    """data is exactly one refusal: its head and body, no byte more (no
+    VNC greeting behind it)."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
+    assert rest == body, rest
+    assert b"RFB" not in data
+
+
+# ---- the agent ------------------------------------------------------------------
+
+def test_the_agent_refuses_viewers_without_its_token(web_desktop):
+    a = web_desktop()
+    for path, headers, detail in (
+            ("/websockify", (), b'{"detail":"Not authenticated"}'),
+            (f"/websockify?password={a.token}x", (),
+             b'{"detail":"Invalid token"}'),
+            ("/websockify", ("Authorization: Bearer nope",),
+             b'{"detail":"Invalid token"}'),
+            # The page's cookie is for its files, never for the socket.
+            ("/websockify", (f"Cookie: sandbox_vnc={a.token}",),
+             b'{"detail":"Not authenticated"}')):
+        refused_whole(raw_upgrade(a.port, path, headers), 403, detail)
+    for path in ("/vnc/vnc_relay.html", "/vnc/core/rfb.js"):
+        r = requests.get(a.url + path, params={"password": "x" + a.token})
+        assert r.status_code == 403 and "Set-Cookie" not in r.headers
+    # The right one, once: the token is in no line of the log.
+    ws = ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    assert ws.recv(12) == b"RFB 003.008\n"
+    ws.close()
+    requests.get(a.url + "/vnc/vnc_relay.html", params={"password": a.token})
+    time.sleep(0.2)
+    log = a.read_log()
+    assert "/websockify" in log and a.token not in log
+
+
+BAD_FRAMES = [
+    ("unmasked", ws_client.frame(b"x", mask=False), 1002),
+    ("reserved bit", ws_client.frame(b"x", rsv=4), 1002),
+    ("unknown opcode", ws_client.frame(b"x", opcode=3), 1002),
+    ("long ping", ws_client.frame(b"p" * 126, opcode=9), 1002),
+    ("fragmented ping", ws_client.frame(b"p", opcode=9, fin=False), 1002),
+    ("long form of a short length",
+     ws_client.frame(b"hello", long_form=2), 1002),
+    ("top bit of a 64-bit length",
+     ws_client.frame(b"", length=1 << 63, long_form=8), 1002),
+    ("continuation outside a message", ws_client.frame(b"x", opcode=0), 1002),
+    ("new message inside a fragmented one",
+     ws_client.frame(b"", fin=False) + ws_client.frame(b"x"), 1002),
+    ("text", ws_client.frame(b"hi", opcode=1), 1003),
+    ("one-byte close", ws_client.frame(b"\x03", opcode=8), 1002),
+    ("close code 1005", ws_client.frame(struct.pack("!H", 1005), opcode=8),
+     1002),
+    ("close reason not UTF-8",
+     ws_client.frame(struct.pack("!H", 1000) + b"\xff\xfe", opcode=8), 1007),
+    ("frame over the limit", ws_client.frame(b"", length=5 * MiB), 1009),
+    ("frame of a terabyte", ws_client.frame(b"", length=1 << 40), 1009),
+]
+
+
+@pytest.mark.parametrize("what,data,code", BAD_FRAMES,
+                         ids=[b[0] for b in BAD_FRAMES])
+def test_malformed_frames_close_the_viewer_alone(web_desktop, what, data,
+                                                 code):
+    a = web_desktop()
+    good = ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    bad = ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    assert bad.recv(12) == b"RFB 003.008\n"
+    bad.send_raw(data)
+    got, _ = bad.recv_close()
+    assert got == code, what
+    # The server's side is gone: the connection ends.
+    bad.sock.settimeout(10)
+    assert bad.sock.recv(1) == b""
+    bad.sock.close()
+    # The others are unharmed.
+    assert rfb_handshake(good)[2] == "sandbox"
+    good.close()
+    assert a.get("/healthz").status_code == 200
+
+
+@pytest.mark.memory
+def test_large_frames_stream_through_without_being_held(web_desktop):
+    a = web_desktop()
+    ws = ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    rfb_handshake(ws)
+    before = rss_kib(a.proc.pid)
+    # 4 MiB frames (the limit) of pointer events, each frame streamed on
+    # to the VNC server as it comes, never held whole.
+    moves = b"".join(struct.pack("!BBHH", 5, 0, i % 1280, i % 800)
+                     for i in range(4 * MiB // 6))
+    for _ in range(3):
+        ws.send(moves)
+    ws.send(b"ping", opcode=9)
+    while ws.recv_frame()[1] != 10:
+        pass
+    assert rss_kib(a.proc.pid) - before < 2048
+    ws.close()
+
+
+@pytest.mark.memory
+def test_a_viewer_that_never_reads_costs_a_bounded_buffer(web_desktop):
+    a = web_desktop()
+    cursor = {"tool_name": "computer", "arguments": {"action":
+                                                     "get_cursor_position"}}
+    assert a.post("/mcp/call_tool", cursor).json()["isError"] is False
+    fds = open_fds(a.proc.pid)	# the computer tool's connections in
+    stuck = ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    rfb_handshake(stuck)
+    stuck.send(struct.pack("!BBHi", 2, 0, 1, 0))
+    before = rss_kib(a.proc.pid)
+    ask_for_screens(stuck)
+    assert rss_kib(a.proc.pid) - before < 8 * 1024
+    # Meanwhile another viewer and the computer tool are served.
+    other = ws_client.connect(f"/websockify?password={a.token}",
+                              port=a.port)
+    rfb_handshake(other)
+    other.send(struct.pack("!BBHi", 2, 0, 1, 0))
+    other.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 64, 64))
+    assert sum(w * h for _, _, w, h, _ in read_update(other)) == 64 * 64
+    other.close()
+    assert a.post("/mcp/call_tool", cursor).json()["isError"] is False
+    stuck.sock.close()
+    assert settle(a.proc.pid, fds) == fds
+
+
+def test_viewers_come_and_go_and_leave_nothing_open(web_desktop):
+    a = web_desktop()
+    ws_client.connect(f"/websockify?password={a.token}", port=a.port).close()
+    time.sleep(0.3)
+    fds = open_fds(a.proc.pid)
+    for _ in range(3):
+        views = [ws_client.connect(f"/websockify?password={a.token}",
+                                   port=a.port) for _ in range(20)]
+        for ws in views:
+            assert ws.recv(12) == b"RFB 003.008\n"
+        for i, ws in enumerate(views):
+            if i % 2:
+                ws.close()		# with a close frame
+            else:
+                ws.sock.close()		# just gone
+    assert settle(a.proc.pid, fds) == fds
+    # As many as the agent takes; one more is told so.
+    views = [ws_client.connect(f"/websockify?password={a.token}",
+                               port=a.port) for _ in range(32)]
+    with pytest.raises(ws_client.Refused) as e:
+        ws_client.connect(f"/websockify?password={a.token}", port=a.port)
+    assert e.value.status == 503
+    for ws in views:
+        ws.sock.close()
+    assert settle(a.proc.pid, fds) == fds
+    assert a.get("/healthz").status_code == 200
+
+
+# ---- sandboxd -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def filesystem_image():
+    r = subprocess.run([os.path.join(ROOT, "tools", "build-image"),
+                        "filesystem"], capture_output=True, text=True,
+                       timeout=3600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.fixture
+def sbxd(filesystem_image, start_sandboxd):  # noqa: F811
+    return start_sandboxd(tag=TAG, token="bearer-" + uuid.uuid4().hex,
+                          env={"SANDBOXD_HEALTH_INTERVAL": "5"})
+
+
+def test_sandboxd_lets_in_only_the_sandboxes_own_token(sbxd):
+    one, two = sbxd.create("filesystem"), sbxd.create("filesystem")
+    t1 = sbxd.rpc("get_info", identity=one)["runtime_token"]
+    t2 = sbxd.rpc("get_info", identity=two)["runtime_token"]
+    denied = b'{"detail":"Authentication required"}'
+    for path, headers in (
+            (f"/desktop/{one}", ()),
+            (f"/desktop/{one}?password=wrong", ()),
+            (f"/desktop/{one}?password={t2}", ()),		# the other's
+            (f"/desktop/{one}", (f"Cookie: sandbox_vnc={t1}",)),
+            (f"/desktop/{one}", ("Authorization: Bearer wrong",)),
+            (f"/desktop/sandboxd-0000000000000000?password={t1}", ())):
+        refused_whole(raw_upgrade(sbxd.port, path, headers), 401, denied)
+    browser = requests.Session()
+    for path in (f"/desktop/{one}/vnc/vnc_relay.html?password={t2}",
+                 f"/desktop/{one}/vnc/core/rfb.js"):
+        r = browser.get(sbxd.url + path, timeout=30)
+        assert r.status_code == 401 and r.content == denied, path
+    # Each its own: the token, or sandboxd's bearer token.
+    ws = viewer(sbxd, one, t1)
+    assert ws.recv(12) == b"RFB 003.008\n"
+    ws.close()
+    ws = ws_client.connect(f"/desktop/{two}", port=sbxd.port, headers={
+        "Authorization": f"Bearer {sbxd.token}"})
+    assert ws.recv(12) == b"RFB 003.008\n"
+    ws.close()
+    r = browser.get(f"{sbxd.url}/desktop/{one}/vnc/vnc_relay.html?password="
+                    f"{t1}", timeout=30)
+    assert r.status_code == 200
+    # No token in any log: sandboxd's, the agents'.
+    time.sleep(0.5)
+    logs = sbxd.read_log() + "".join(docker("logs", n).stdout + docker(
+        "logs", n).stderr for n in (one, two))
+    assert "/desktop/" in logs
+    for secret in (t1, t2, sbxd.token):
+        assert secret not in logs
+
+
+def test_sandboxd_keeps_serving_bad_slow_and_many_viewers(sbxd):
+    name = sbxd.create("filesystem")
+    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    viewer(sbxd, name, token).close()
+    time.sleep(0.5)
+    fds = open_fds(sbxd.proc.pid)
+    # A malformed frame: the agent's close comes through sandboxd.
+    bad = viewer(sbxd, name, token)
+    assert bad.recv(12) == b"RFB 003.008\n"
+    bad.send_raw(ws_client.frame(b"x", mask=False))
+    assert bad.recv_close()[0] == 1002
+    bad.sock.close()
+    # A viewer that never reads, asking for a lot.
+    stuck = flood(sbxd, name, token)
+    # 20 viewers come and go meanwhile.
+    for _ in range(2):
+        views = [viewer(sbxd, name, token) for _ in range(20)]
+        for ws in views:
+            assert ws.recv(12) == b"RFB 003.008\n"
+            ws.close()
+    stuck.sock.close()
+    assert sbxd.get("/health").status_code == 200
+    assert settle(sbxd.proc.pid, fds) == fds
+
+
+def flood(s, name, token):
+    """A viewer that asks for many full screens and reads none."""
+    ws = viewer(s, name, token)
+    rfb_handshake(ws)
+    ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
+    ask_for_screens(ws)
+    return ws
+
+
+@pytest.mark.memory
+def test_sandboxd_holds_little_for_a_viewer_that_never_reads(sbxd):
+    name = sbxd.create("filesystem")
+    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    viewer(sbxd, name, token).close()
+    before = sbxd.rss_kib()
+    stuck = flood(sbxd, name, token)
+    assert sbxd.rss_kib() - before < 4 * 1024
+    stuck.sock.close()
