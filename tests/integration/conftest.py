@@ -60,6 +60,10 @@ class Agent:
         e.setdefault("AGENT_PYTHON", SYSTEM_PYTHON)
         e.update(env or {})
         # wrapper: a command that execs the agent (setpriv ...), same pid.
+        # LeakSanitizer cannot run under ptrace: it would fail the exit.
+        if "strace" in wrapper:
+            e["ASAN_OPTIONS"] = ":".join(
+                filter(None, [e.get("ASAN_OPTIONS"), "detect_leaks=0"]))
         args = [*wrapper, AGENT_BIN, "--listen", f"127.0.0.1:{self.port}",
                 "--workspace", workspace, "--access-log", "true", *extra_args]
         self.log = open(self.log_path, "wb")
