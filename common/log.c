@@ -48,10 +48,39 @@ log_enabled(enum log_level level)
 	return level >= log_level;
 }
 
+/*
+ * Append msg to line[0..at) escaped, never past cap bytes; returns the new
+ * length. A message may carry what a peer sent (a request's decoded path,
+ * an MCP server's stderr): a control byte in it would start a forged line
+ * of our log or steer a terminal, so each one is written as \xNN.
+ */
+static size_t
+log_escape(char *line, size_t at, size_t cap, const char *msg)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (const unsigned char *p = (const unsigned char *)msg; *p != '\0';
+	    p++) {
+		if (*p >= 0x20 && *p != 0x7f) {
+			if (at + 1 > cap)
+				break;
+			line[at++] = (char)*p;
+			continue;
+		}
+		if (at + 4 > cap)
+			break;
+		line[at++] = '\\';
+		line[at++] = 'x';
+		line[at++] = hex[*p >> 4];
+		line[at++] = hex[*p & 0xf];
+	}
+	return at;
+}
+
 static void
 log_vmsg(enum log_level level, const char *fmt, va_list ap)
 {
-	char line[4096], stamp[32];
+	char line[4096], msg[4096], stamp[32];
 	struct timeval tv;
 	struct tm tm;
 	int n;
@@ -64,10 +93,8 @@ log_vmsg(enum log_level level, const char *fmt, va_list ap)
 	    level_names[level]);
 	if (n < 0 || (size_t)n >= sizeof line)
 		n = 0;
-	vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-	n = (int)strlen(line);
-	if ((size_t)n >= sizeof line - 1)
-		n = (int)sizeof line - 2;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	n = (int)log_escape(line, (size_t)n, sizeof line - 1, msg);
 	line[n++] = '\n';
 	/* One write per line so lines of concurrent processes do not mix. */
 	if (write(STDERR_FILENO, line, (size_t)n) < 0)

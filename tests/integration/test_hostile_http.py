@@ -10,7 +10,8 @@ reproduced against the real binaries, byte for byte.
   spun at 100% CPU writing tens of MB of log a second;
 - the head timeout was an idle one (a byte every 20 s held a connection
   forever), and a body could be trickled as slowly as one liked;
-- a 30 MiB JSON body of '[],' took the agent to 1.4 GiB, and kept it.
+- a 30 MiB JSON body of '[],' took the agent to 1.4 GiB, and kept it;
+- a path's %0a went into the access log decoded: a forged log line.
 
 Limits are shortened through the programs' options (environment variables,
 which builds without the option ignore: the tests then fail on the missing
@@ -124,6 +125,23 @@ def test_agent_unknown_paths_need_the_token(agent):
         raw = exchange(agent.port, line + b" HTTP/1.1\r\nHost: x\r\n" + AUTH +
                        b"Content-Length: 0\r\nConnection: close\r\n\r\n")
         assert answer(raw)[0] == status, line
+
+
+def test_agent_access_log_cannot_be_forged(agent):
+    # A decoded path went into the access log as it was: %0a started a
+    # line of the attacker's choosing, before auth, and %1b steered the
+    # terminal of whoever read the log.
+    forged = b"2026-01-01T00:00:00.000Z sandbox-agent[1] info: FORGED"
+    raw = exchange(agent.port, b"GET /x%0a" + forged.replace(b" ", b"%20") +
+                   b"%1b[2J HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert answer(raw)[0] == 403
+    assert agent.get("/healthz").status_code == 200
+    log = agent.read_log()
+    lines = [line for line in log.splitlines() if "FORGED" in line]
+    assert len(lines) == 1, log[-2000:]
+    assert not lines[0].startswith("2026-01-01"), lines
+    assert "/x\\x0a2026-01-01" in lines[0] and "\\x1b[2J" in lines[0], lines
+    assert "\x1b" not in log
 
 
 # Request smuggling forms (RFC 9112 5.1, 5.2).

@@ -1,4 +1,4 @@
-/* The per-source rate limit of log lines. */
+/* The per-source rate limit of log lines; one line per message. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,12 +99,50 @@ test_lines_below_the_level_use_no_budget(void **state)
 	free(text);
 }
 
+static void
+forged(void)
+{
+	/* What a request path %0a...%1b[2J decodes to, as a peer sent it. */
+	log_info("GET \"%s\" 401", "/x\n2026-01-01T00:00:00.000Z sandbox-agent"
+	    "[1] info: forged\r\x1b[2J\x7f\tend");
+}
+
+static void
+long_forged(void)
+{
+	char big[6000];
+
+	memset(big, '\n', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	log_info("%s", big);
+}
+
+static void
+test_control_bytes_cannot_forge_a_line(void **state)
+{
+	char *text;
+
+	(void)state;
+	text = captured(forged);
+	assert_int_equal(count(text, "\n"), 1);
+	assert_non_null(strstr(text, "/x\\x0a2026-01-01T00:00:00.000Z"));
+	assert_non_null(strstr(text, "forged\\x0d\\x1b[2J\\x7f\\x09end\" 401\n"));
+	free(text);
+	/* Escaping grows a message fourfold; the line stays bounded. */
+	text = captured(long_forged);
+	assert_int_equal(count(text, "\n"), 1);
+	assert_true(strlen(text) <= 4096);
+	assert_non_null(strstr(text, "\\x0a\\x0a\n"));
+	free(text);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood_is_cut_and_counted),
 		cmocka_unit_test(test_lines_below_the_level_use_no_budget),
+		cmocka_unit_test(test_control_bytes_cannot_forge_a_line),
 	};
 
 	log_init("test_log");
