@@ -193,7 +193,7 @@ api_parse_create(json_t *args, struct create_request *creq,
 		return -1;
 	if (type_name == NULL)
 		type_name = sd.cfg.pool_types.v[0];
-	creq->type = types_find(type_name);
+	creq->type = sandbox_types_find(type_name);
 	if (creq->type == NULL) {
 		error_set(err, 400, "unknown sandbox type '%s'", type_name);
 		return -1;

@@ -254,8 +254,8 @@ wanted_types(json_t *args, struct config_list *out, struct error *err)
 	    json_get_array(args, "tools", 0, &tools, err) < 0)
 		return -1;
 	json_array_foreach(types, i, v) {
-		if (!json_is_string(v) || types_find(json_string_value(v)) ==
-		    NULL) {
+		if (!json_is_string(v) ||
+		    sandbox_types_find(json_string_value(v)) == NULL) {
 			error_set(err, 400, "sandbox_types: unknown sandbox type "
 			    "%s", json_is_string(v) ? json_string_value(v) : "?");
 			return -1;
@@ -264,7 +264,7 @@ wanted_types(json_t *args, struct config_list *out, struct error *err)
 	}
 	json_array_foreach(tools, i, v) {
 		const struct sandbox_type *t = json_is_string(v) ?
-		    types_for_tool(json_string_value(v)) : NULL;
+		    sandbox_types_for_tool(json_string_value(v)) : NULL;
 
 		if (t == NULL) {
 			error_set(err, 400, "tools: no sandbox type offers %s",
@@ -311,7 +311,7 @@ route_connect(struct http_request *req, void *arg)
 		/* Reuse what the session has; a type named twice once. */
 		if (session_has_type(c->session, types.v[i]))
 			continue;
-		creq.type = types_find(types.v[i]);
+		creq.type = sandbox_types_find(types.v[i]);
 		creq.session = c->session;
 		if ((sb = pool_take(creq.type)) != NULL) {
 			sessions_bind(sb, c->session);

@@ -618,7 +618,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	config_list_free(&c->pool_types);
 	split_list(c->default_type, &c->pool_types);
 	for (size_t i = 0; i < c->pool_types.n; i++) {
-		if (types_find(c->pool_types.v[i]) == NULL) {
+		if (sandbox_types_find(c->pool_types.v[i]) == NULL) {
 			error_set(err, 400, "DEFAULT_SANDBOX_TYPE: unknown sandbox "
 			    "type '%s'", c->pool_types.v[i]);
 			return -1;
@@ -733,8 +733,8 @@ sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
 	memset(&cfg_target, 0, sizeof cfg_target);
 	if (*help || *version)
 		return 0;
-	types_init(cfg->registry, cfg->image_namespace, cfg->image_tag);
-	if (cfg->types_file != NULL && types_load_file(cfg->types_file,
+	sandbox_types_init(cfg->registry, cfg->image_namespace, cfg->image_tag);
+	if (cfg->types_file != NULL && sandbox_types_load_file(cfg->types_file,
 	    cfg->registry, cfg->image_namespace, cfg->image_tag, err) < 0)
 		return -1;
 	return sandboxd_config_validate(cfg, err);

@@ -183,7 +183,7 @@ pool_init(void)
 	npools = sd.cfg.pool_types.n;
 	pools = xcalloc(npools, sizeof *pools);
 	for (size_t i = 0; i < npools; i++)
-		pools[i].type = types_find(sd.cfg.pool_types.v[i]);
+		pools[i].type = sandbox_types_find(sd.cfg.pool_types.v[i]);
 	refill_ev = evtimer_new(sd.base, refill_cb, NULL);
 }
 

@@ -4,7 +4,7 @@
  * is a callback, never a blocking call.
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
- * types.c (type registry), ports.c (host port allocator), sandbox.c
+ * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
  * (records), lifecycle.c (create / release / start / stop), workspace.c
  * (workspace directories, keep and restore), state.c (state file), adopt.c
  * (re-adoption at start), pool.c (warm pools), sessions.c, health.c,
@@ -110,9 +110,9 @@ void sandboxd_config_free(struct sandboxd_config *cfg);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
-/* types.c: the sandbox type registry. */
+/* sandbox_types.c: the sandbox type registry. */
 
-/* Owned by the registry; lives until types_free. */
+/* Owned by the registry; lives until sandbox_types_free. */
 struct sandbox_type {
 	char *name;
 	char *image;			/* full image reference */
@@ -137,23 +137,24 @@ struct sandbox_type {
 
 /* Register the built-in types with images named from registry, namespace
  * and tag (NULL: defaults). */
-void types_init(const char *registry, const char *image_namespace,
+void sandbox_types_init(const char *registry, const char *image_namespace,
     const char *tag);
 /* Add or override types from a JSON file {"types": {name: {...}}}. */
-int types_load_file(const char *path, const char *registry,
+int sandbox_types_load_file(const char *path, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
-int types_load_json(json_t *root, const char *source, const char *registry,
-    const char *image_namespace, const char *tag, struct error *err);
+int sandbox_types_load_json(json_t *root, const char *source,
+    const char *registry, const char *image_namespace, const char *tag,
+    struct error *err);
 /* By name; "<name>_async", as the SDK's async classes say, is <name>. */
-const struct sandbox_type *types_find(const char *name);
+const struct sandbox_type *sandbox_types_find(const char *name);
 /* The type offering tool_name, or NULL. */
-const struct sandbox_type *types_for_tool(const char *tool_name);
-size_t types_count(void);
-const struct sandbox_type *types_at(size_t i);
+const struct sandbox_type *sandbox_types_for_tool(const char *tool_name);
+size_t sandbox_types_count(void);
+const struct sandbox_type *sandbox_types_at(size_t i);
 /* "<registry>/<namespace>/runtime-sandbox-<type>:<tag>". Caller frees. */
-char *types_image_name(const char *registry, const char *image_namespace,
-    const char *tag, const char *type);
-void types_free(void);
+char *sandbox_types_image_name(const char *registry,
+    const char *image_namespace, const char *tag, const char *type);
+void sandbox_types_free(void);
 
 /* ports.c: host ports from PORT_RANGE, never handed out twice. */
 struct ports *ports_new(int lo, int hi);
