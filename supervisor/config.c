@@ -432,27 +432,6 @@ parse_ro_mounts(struct sandboxd_config *c, struct error *err)
 	return 0;
 }
 
-int
-sandboxd_mkdirs(const char *path, size_t from, mode_t mode)
-{
-	char *p = xstrdup(path);
-
-	for (char *s = p + from + 1; *s != '\0'; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-			free(p);
-			return -1;
-		}
-		*s = '/';
-	}
-	free(p);
-	if (mkdir(path, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 /* Make dir (if missing) and replace *dir with its canonical path. */
 static int
 canonical_dir(char **dir, const char *key, mode_t mode, struct error *err)

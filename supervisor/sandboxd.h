@@ -6,8 +6,9 @@
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
  * (records), lifecycle.c (create / release / start / stop), workspace.c
- * (workspace directories, keep and restore), state.c (state file), adopt.c
- * (re-adoption at start), pool.c (warm pools), sessions.c, health.c,
+ * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
+ * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
+ * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
@@ -282,7 +283,7 @@ void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
 /* Operations in flight (for shutdown). */
 size_t lifecycle_busy(void);
 
-/* config.c: mkdir -p path, its components after the first `from` bytes
+/* mkdirs.c: mkdir -p path, its components after the first `from` bytes
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
 
