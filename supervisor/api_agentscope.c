@@ -245,20 +245,14 @@ create_common(struct http_request *req, const char *what, json_t *args,
 		sandboxd_reply_rpc_error(req, what, &err);
 		return;
 	}
-	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
-	    creq.environment == NULL &&
-	    (sb = pool_take(creq.type)) != NULL) {
-		if (creq.meta != NULL)
-			json_object_update(sb->meta, creq.meta);
-		sessions_bind(sb, creq.session);
-		reply_data(req, json_string(sb->name));
-		return;
-	}
-	if (lifecycle_create(&creq, created_cb, req, &err) == NULL) {
+	if (pool_take_or_create(&creq, from_pool, &sb, created_cb, req,
+	    &err) < 0) {
 		if (err.status == 503)
 			reply_created(req, NULL, &err);
 		else
 			sandboxd_reply_rpc_error(req, what, &err);
+	} else if (sb != NULL) {
+		reply_data(req, json_string(sb->name));
 	}
 }
 

@@ -63,17 +63,11 @@ route_create(struct http_request *req, void *arg)
 		goto fail;
 	if (session != NULL)
 		creq.session = session;
-	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
-	    creq.environment == NULL && (sb = pool_take(creq.type)) != NULL) {
-		if (creq.meta != NULL)
-			json_object_update(sb->meta, creq.meta);
-		sessions_bind(sb, creq.session);
-		http_reply_json(req, 201, sandbox_model(sb));
-		json_decref(args);
-		return;
-	}
-	if (lifecycle_create(&creq, created_cb, req, &err) == NULL)
+	if (pool_take_or_create(&creq, from_pool, &sb, created_cb, req,
+	    &err) < 0)
 		goto fail;
+	if (sb != NULL)
+		http_reply_json(req, 201, sandbox_model(sb));
 	json_decref(args);
 	return;
 fail:
@@ -313,16 +307,15 @@ route_connect(struct http_request *req, void *arg)
 			continue;
 		creq.type = sandbox_types_find(types.v[i]);
 		creq.session = c->session;
-		if ((sb = pool_take(creq.type)) != NULL) {
-			sessions_bind(sb, c->session);
-			json_array_append_new(c->created, json_string(sb->name));
-			continue;
-		}
 		c->pending++;
-		if (lifecycle_create(&creq, connect_created_cb, c, &err) == NULL) {
+		if (pool_take_or_create(&creq, 1, &sb, connect_created_cb, c,
+		    &err) < 0) {
 			c->pending--;
 			c->failed = 1;
 			c->err = err;
+		} else if (sb != NULL) {
+			c->pending--;
+			json_array_append_new(c->created, json_string(sb->name));
 		}
 	}
 	if (--c->pending == 0)

@@ -1,7 +1,7 @@
 /*
  * Warm pools: POOL_SIZE ready sandboxes of each type in DEFAULT_SANDBOX_TYPE.
  * A take hands out the oldest warm one at once and the pool refills in the
- * background, a few creates at a time (SANDBOXD_POOL_PARALLEL) so a burst
+ * background (pool_take_or_create, the one way the APIs get a sandbox), a few creates at a time (SANDBOXD_POOL_PARALLEL) so a burst
  * does not swamp the machine. A pool whose creates fail backs off before it
  * tries again, so a missing image does not become a busy loop.
  */
@@ -152,8 +152,9 @@ pool_refill(void)
 		schedule(0);
 }
 
-struct sandbox *
-pool_take(const struct sandbox_type *type)
+/* A warm sandbox of this type, now RUNNING, or NULL. */
+static struct sandbox *
+take(const struct sandbox_type *type)
 {
 	struct sandbox *sb;
 
@@ -175,6 +176,26 @@ pool_take(const struct sandbox_type *type)
 	if (sd.ready && !sd.shutting_down)
 		schedule(REFILL_AFTER_TAKE);
 	return sb;
+}
+
+int
+pool_take_or_create(const struct create_request *creq, int from_pool,
+    struct sandbox **taken, sandbox_done_cb done, void *arg,
+    struct error *err)
+{
+	struct sandbox *sb;
+
+	*taken = NULL;
+	if (from_pool && creq->mount_dir == NULL &&
+	    creq->storage_path == NULL && creq->environment == NULL &&
+	    (sb = take(creq->type)) != NULL) {
+		if (creq->meta != NULL)
+			json_object_update(sb->meta, creq->meta);
+		sessions_bind(sb, creq->session);
+		*taken = sb;
+		return 0;
+	}
+	return lifecycle_create(creq, done, arg, err) == NULL ? -1 : 0;
 }
 
 void

@@ -337,8 +337,15 @@ void adopt_stop(void);
 
 /* pool.c */
 void pool_init(void);
-/* A warm sandbox of this type, now RUNNING, or NULL. */
-struct sandbox *pool_take(const struct sandbox_type *type);
+/* A sandbox for creq: a warm one of its type when from_pool and creq asks
+ * for nothing a warm one lacks (a mount_dir, storage_path or environment
+ * of its own), else a new one (lifecycle_create). Taken from the pool:
+ * *taken is it, RUNNING with creq's meta and session, and done is never
+ * called. Being created: *taken is NULL and done runs later. -1 with err
+ * (400, 503) when the create cannot start. */
+int pool_take_or_create(const struct create_request *creq, int from_pool,
+    struct sandbox **taken, sandbox_done_cb done, void *arg,
+    struct error *err);
 /* Bring every pool back to POOL_SIZE (in the background). */
 void pool_refill(void);
 int pool_is_pooled(const char *type_name);
