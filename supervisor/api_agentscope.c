@@ -38,16 +38,6 @@ struct rpc {
 	const char *tool_type;		/* list_tools: borrowed from args */
 };
 
-void
-sandboxd_reply_rpc_error(struct http_request *req, const char *what,
-    const struct error *err)
-{
-	struct error e = *err;
-
-	error_prefix(&e, "Error in %s", what);
-	sandboxd_reply_error(req, &e);
-}
-
 static void
 reply_data(struct http_request *req, json_t *data)
 {
@@ -173,41 +163,6 @@ route_health(struct http_request *req, void *arg)
 	(void)arg;
 	http_reply_json(req, 200, json_pack("{s:s,s:s}", "status", "healthy",
 	    "version", VERSION));
-}
-
-int
-api_parse_create(json_t *args, struct create_request *creq,
-    const char *type_key, struct error *err)
-{
-	const char *type_name, *session = NULL;
-	json_t *meta;
-
-	memset(creq, 0, sizeof *creq);
-	if (json_get_string(args, type_key, 0, &type_name, err) < 0 ||
-	    json_get_string(args, "mount_dir", 0, &creq->mount_dir, err) < 0 ||
-	    json_get_string(args, "storage_path", 0, &creq->storage_path,
-	    err) < 0 ||
-	    json_get_object(args, "environment", 0, &creq->environment,
-	    err) < 0 ||
-	    json_get_object(args, "meta", 0, &meta, err) < 0)
-		return -1;
-	if (type_name == NULL)
-		type_name = sd.cfg.pool_types.v[0];
-	creq->type = sandbox_types_find(type_name);
-	if (creq->type == NULL) {
-		error_set(err, 400, "unknown sandbox type '%s'", type_name);
-		return -1;
-	}
-	if (meta != NULL) {
-		if (json_get_string(meta, "session_ctx_id", 0, &session,
-		    err) < 0) {
-			error_prefix(err, "meta");
-			return -1;
-		}
-		creq->meta = meta;
-	}
-	creq->session = session;
-	return 0;
 }
 
 /* create, create_from_pool: a name, or null with the reason. */

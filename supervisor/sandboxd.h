@@ -11,6 +11,7 @@
  * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
+ * api.c (what both APIs share),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
  */
 #ifndef SANDBOXD_H
@@ -416,6 +417,16 @@ void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
 
+/* api.c: what the routes share. */
+/* A create's arguments (type under type_key, mount_dir, storage_path,
+ * environment, meta and its session_ctx_id) into creq, which borrows
+ * from args. -1 with err (400). */
+int api_parse_create(json_t *args, struct create_request *creq,
+    const char *type_key, struct error *err);
+/* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
+void sandboxd_reply_rpc_error(struct http_request *req, const char *what,
+    const struct error *err);
+
 /* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
 const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
@@ -430,9 +441,6 @@ void desktop_relay_start(struct http_request *req, struct sandbox *sb,
 void desktop_relay_close_sandbox(struct sandbox *sb);
 void desktop_relay_close_all(void);
 size_t desktop_relay_count(void);
-/* Shared helpers of the two APIs. */
-int api_parse_create(json_t *args, struct create_request *creq,
-    const char *type_key, struct error *err);
 
 /* metrics.c */
 enum metric_counter {
@@ -476,8 +484,5 @@ extern struct sandboxd sd;
 
 /* Seconds since the epoch, with fractions. */
 double sandboxd_now(void);
-/* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
-void sandboxd_reply_rpc_error(struct http_request *req, const char *what,
-    const struct error *err);
 
 #endif
