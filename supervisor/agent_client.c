@@ -209,7 +209,7 @@ relay_head_cb(struct http_client_request *r, int status, void *arg)
 		    http_client_header(r, "Content-Length"));
 		http_client_cancel(r);
 		rl->up = NULL;
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 		relay_free(rl);
 		return;
 	}
@@ -266,7 +266,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		e = *err;
 		redact_error(&e, rl->agent_addr);
 		error_prefix(&e, "the agent of %s", rl->sb_name);
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 	} else if (rl->status == 200) {
 		size_t len = evbuffer_get_length(rl->buf);
 		json_t *text = json_stringn((const char *)
@@ -276,7 +276,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		    text != NULL ? text : json_string("")));
 	} else {
 		agent_error(rl, &e);
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 	}
 	relay_free(rl);
 }
@@ -331,7 +331,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	free(text);
 	if (rl->up == NULL) {
 		redact_error(&err, sb->agent_addr);
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		relay_free(rl);
 		return;
 	}

@@ -45,7 +45,7 @@ api_parse_create(json_t *args, struct create_request *creq,
 }
 
 void
-sandboxd_reply_rpc_error(struct http_request *req, const char *what,
+api_reply_rpc_error(struct http_request *req, const char *what,
     const struct error *err)
 {
 	struct error e = *err;

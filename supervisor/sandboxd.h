@@ -424,7 +424,7 @@ int proxy_authorized(struct http_request *req, const struct sandbox *sb);
 int api_parse_create(json_t *args, struct create_request *creq,
     const char *type_key, struct error *err);
 /* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
-void sandboxd_reply_rpc_error(struct http_request *req, const char *what,
+void api_reply_rpc_error(struct http_request *req, const char *what,
     const struct error *err);
 
 /* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
