@@ -119,44 +119,32 @@ released_cb(struct sandbox *sb, const struct error *err, void *arg)
 		http_reply_json(req, 200, sandbox_model(sb));
 }
 
-/* /v1/sandboxes/{id}[/agent/{path}] */
+/* /v1/sandboxes/{id}/agent{rest}: to the agent, with sb's own token or
+ * the BEARER_TOKEN. */
 static void
-route_sandbox(struct http_request *req, void *arg)
+sandbox_proxy(struct http_request *req, struct sandbox *sb, const char *id,
+    const char *rest)
 {
-	const char *raw = http_request_raw_target(req);
-	enum http_verb method = http_request_method(req);
-	struct sandbox *sb;
-	char *id, *target;
-	const char *rest;
-	size_t idlen = 0;
+	char *target;
 
-	(void)arg;
-	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
-		raw += 14;
-		idlen = strcspn(raw, "/?");
+	if (!proxy_authorized(req, sb)) {
+		http_reply_error(req, 401, "Authentication required");
+	} else if (sb == NULL) {
+		http_reply_error(req, 404, "no sandbox %s", id);
+	} else {
+		target = *rest == '/' ? xstrdup(rest) : xasprintf("/%s", rest);
+		proxy_forward(req, sb, target);
+		free(target);
 	}
-	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
-		http_reply_error(req, 404, "Not Found");
-		return;
-	}
-	sb = sandbox_find(id);
-	rest = raw + idlen;
-	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
-	    rest[6] == '?' || rest[6] == '\0')) {
-		if (!proxy_authorized(req, sb)) {
-			http_reply_error(req, 401, "Authentication required");
-		} else if (sb == NULL) {
-			http_reply_error(req, 404, "no sandbox %s", id);
-		} else {
-			rest += 6;
-			target = *rest == '/' ? xstrdup(rest) :
-			    xasprintf("/%s", rest);
-			proxy_forward(req, sb, target);
-			free(target);
-		}
-		free(id);
-		return;
-	}
+}
+
+/* GET and DELETE /v1/sandboxes/{id}{rest}: the BEARER_TOKEN only. */
+static void
+sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
+    const char *rest)
+{
+	enum http_verb method = http_request_method(req);
+
 	if (!proxy_authorized(req, NULL)) {
 		http_reply_error(req, 401, "Authentication required");
 	} else if (*rest != '\0' && *rest != '?') {
@@ -171,6 +159,34 @@ route_sandbox(struct http_request *req, void *arg)
 	} else {
 		http_reply_error(req, 405, "Method Not Allowed");
 	}
+}
+
+/* /v1/sandboxes/{id}[/agent/{path}]: one prefix route (its auth is the
+ * handlers' own, a sandbox's token opening only its agent), dispatched
+ * here to the proxy or the record. */
+static void
+route_sandbox(struct http_request *req, void *arg)
+{
+	const char *raw = http_request_raw_target(req);
+	const char *rest;
+	size_t idlen = 0;
+	char *id;
+
+	(void)arg;
+	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
+		raw += 14;
+		idlen = strcspn(raw, "/?");
+	}
+	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
+		http_reply_error(req, 404, "Not Found");
+		return;
+	}
+	rest = raw + idlen;
+	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
+	    rest[6] == '?' || rest[6] == '\0'))
+		sandbox_proxy(req, sandbox_find(id), id, rest + 6);
+	else
+		sandbox_crud(req, sandbox_find(id), id, rest);
 	free(id);
 }
 
