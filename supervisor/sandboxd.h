@@ -5,7 +5,8 @@
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), lifecycle.c (create / release / start / stop), workspace.c
+ * (records), lifecycle.c (operations: release / start / stop),
+ * lifecycle_create.c (create and the wait for an agent), workspace.c
  * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
  * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
  * sessions.c, health.c,
@@ -256,7 +257,7 @@ json_t *sandbox_model(const struct sandbox *sb);
 char *sandbox_url(const struct sandbox *sb);
 void sandbox_free_all(void);
 
-/* lifecycle.c */
+/* lifecycle.c, lifecycle_create.c */
 
 typedef void (*sandbox_done_cb)(struct sandbox *sb, const struct error *err,
     void *arg);
