@@ -1,7 +1,10 @@
 /*
  * sandboxd: the host supervisor. One libevent loop creates, pools, watches
  * and fronts sandboxes; every step that waits on Docker, an agent or a client
- * is a callback, never a blocking call.
+ * is a callback, never a blocking call. A function that takes a completion
+ * callback never calls it before it returns, even with an answer it has at
+ * once (defer.c); one that can fail at once instead returns the error and
+ * then never calls back (lifecycle_create, pool_take_or_create).
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
@@ -12,7 +15,7 @@
  * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
- * api.c (what both APIs share),
+ * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
  */
 #ifndef SANDBOXD_H
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <sys/queue.h>
 
+#include <event2/util.h>
 #include <jansson.h>
 
 #include "config.h"
@@ -388,7 +392,8 @@ void health_stop(void);
 /* agent_client.c: calls from sandboxd to an agent. */
 typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
     const struct error *err, void *arg);
-/* A JSON call to the agent of sb, with its token. */
+/* A JSON call to the agent of sb, with its token; done runs after the
+ * return, whatever comes. */
 void agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
@@ -485,5 +490,10 @@ extern struct sandboxd sd;
 
 /* Seconds since the epoch, with fractions. */
 double sandboxd_now(void);
+
+/* defer.c: cb(-1, EV_TIMEOUT, arg) from the loop on its next turn, how a
+ * completion callback whose answer is ready at once still runs after
+ * its caller returned (the contract of every callback here). */
+void sandboxd_defer(void (*cb)(evutil_socket_t, short, void *), void *arg);
 
 #endif
