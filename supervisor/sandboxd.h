@@ -382,7 +382,7 @@ void sessions_free(void);
 
 /* health.c */
 void health_init(void);
-/* Probe the agent of sb once: done(ok). */
+/* Probe the agent of sb once: done(ok), after the return. */
 typedef void (*health_probe_cb)(struct sandbox *sb, int ok, const char *why,
     void *arg);
 void health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
