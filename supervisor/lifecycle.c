@@ -4,7 +4,9 @@
  * its token), release (remove the container, keep or delete the workspace,
  * give the port back), start and stop. Each is a chain of callbacks; one
  * operation runs per sandbox at a time (struct lifecycle_op, here), and a
- * release asked for meanwhile runs right after.
+ * release asked for meanwhile runs right after. Their done callbacks run
+ * after lifecycle_* returned, also with an answer at hand (already
+ * released, busy): the contract of every callback in sandboxd (defer.c).
  */
 #include "sandboxd.h"
 
@@ -96,6 +98,46 @@ lifecycle_notify_waiters(struct sandbox *sb, const struct error *err)
 	}
 }
 
+/* An answer at hand (already released, busy), given from the loop: done
+ * never runs before its lifecycle_* call returned. Holds a reference to
+ * sb until then. */
+struct early_answer {
+	struct sandbox *sb;
+	sandbox_done_cb done;
+	void *arg;
+	struct error err;
+	int failed;			/* err is set */
+};
+
+static void
+early_answer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct early_answer *a = arg;
+
+	(void)fd;
+	(void)what;
+	a->done(a->sb, a->failed ? &a->err : NULL, a->arg);
+	sandbox_unref(a->sb);
+	free(a);
+}
+
+static void
+answer_later(struct sandbox *sb, sandbox_done_cb done, void *arg,
+    const struct error *err)
+{
+	struct early_answer *a = xcalloc(1, sizeof *a);
+
+	a->sb = sb;
+	a->done = done;
+	a->arg = arg;
+	if (err != NULL) {
+		a->err = *err;
+		a->failed = 1;
+	}
+	sandbox_ref(sb);
+	sandboxd_defer(early_answer_cb, a);
+}
+
 /* Releasing. */
 
 static void
@@ -174,7 +216,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	if (sb->state == SB_RELEASED) {
 		if (done != NULL)
-			done(sb, NULL, arg);
+			answer_later(sb, done, arg, NULL);
 		return;
 	}
 	add_waiter(sb, done, arg);
@@ -201,7 +243,7 @@ busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	else
 		error_set(&err, 409, "sandbox %s is busy (%s)", sb->name,
 		    sandbox_state_name(sb->state));
-	done(sb, &err, arg);
+	answer_later(sb, done, arg, &err);
 	return -1;
 }
 

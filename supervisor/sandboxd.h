@@ -282,7 +282,8 @@ struct create_request {
 struct sandbox *lifecycle_create(const struct create_request *creq,
     sandbox_done_cb done, void *arg, struct error *err);
 /* Remove the container, keep or delete the workspace, free the port:
- * done(sb, NULL) with sb RELEASED. Already released: done at once. */
+ * done(sb, NULL) with sb RELEASED. Already released: done on the loop's
+ * next turn. As every callback here, done never runs before the return. */
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
