@@ -1,7 +1,8 @@
 /*
  * Connections of the HTTP server: parse requests with http-parser, route,
  * check auth and limits, and hand requests to handlers. Sockets are
- * accepted by http_listen.c; replies are written by http_reply.c.
+ * accepted by http_listen.c; replies are written by http_reply.c; the
+ * time limits on heads, bodies and lingering are http_limits.c's.
  */
 #include "http_internal.h"
 
@@ -28,15 +29,9 @@
 
 static void conn_parse(struct http_conn *conn);
 static void conn_upgrade(struct http_conn *conn);
-static void conn_free(struct http_conn *conn);
 static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
-static void conn_limit_head(struct http_conn *conn);
-static void conn_limit_body(struct http_conn *conn);
-static void conn_limit_stop(struct http_conn *conn);
-static void conn_limit_linger(struct http_conn *conn);
 
-#define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
 
 /* Requests are freed a loop turn after their reply, not at once, so that
@@ -93,7 +88,7 @@ on_message_begin(http_parser *p)
 	gettimeofday(&req->started, NULL);
 	conn->req = req;
 	http_header_reader_reset(&conn->hr);
-	conn_limit_head(conn);
+	http_conn_limit_head(conn);
 	return 0;
 }
 
@@ -303,8 +298,8 @@ check_auth(struct http_request *req, const struct http_route *route,
 
 /* Answer before the body was read: the connection cannot be reused because
  * the body would be taken for the next request, so it closes after. */
-static void
-reject(struct http_request *req, const struct error *err)
+void
+http_request_reject(struct http_request *req, const struct error *err)
 {
 	req->rejected = 1;
 	req->reply_close = 1;
@@ -331,7 +326,7 @@ on_headers_complete(http_parser *p)
 
 	if (req == NULL)
 		return 0;
-	conn_limit_body(conn);
+	http_conn_limit_body(conn);
 	if (http_header_reader_end(&conn->hr, &req->headers,
 	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK)
 		return -1;
@@ -382,7 +377,7 @@ on_headers_complete(http_parser *p)
 		dispatch(req);
 	return 0;
 rejected:
-	reject(req, &err);
+	http_request_reject(req, &err);
 	return 0;
 }
 
@@ -414,7 +409,7 @@ on_body(http_parser *p, const char *at, size_t len)
 
 		error_set(&err, 413, "request body too large: the limit is %zu "
 		    "bytes", req->body_limit);
-		reject(req, &err);
+		http_request_reject(req, &err);
 		return 0;
 	}
 	evbuffer_add(req->body, at, len);
@@ -440,7 +435,7 @@ on_message_complete(http_parser *p)
 	 * until this one is answered. */
 	http_parser_pause(p, 1);
 	conn->waiting_reply = 1;
-	conn_limit_stop(conn);
+	http_conn_limit_stop(conn);
 	conn_set_read_timeout(conn, 0);
 	/* (A request already answered is no longer conn->req.) */
 	if (req->rejected || req->body_aborted)
@@ -474,8 +469,8 @@ conn_set_read_timeout(struct http_conn *conn, int seconds)
 
 /* End a connection whose request cannot go on, with a fixed answer (the
  * request may not have passed auth): status and detail, both ours. */
-static void
-conn_refuse(struct http_conn *conn, int status, const char *detail)
+void
+http_conn_refuse(struct http_conn *conn, int status, const char *detail)
 {
 	struct http_request *req = conn->req;
 	char body[256], head[256];
@@ -487,7 +482,7 @@ conn_refuse(struct http_conn *conn, int status, const char *detail)
 		http_request_free(req);
 		req = NULL;
 	}
-	conn_limit_stop(conn);
+	http_conn_limit_stop(conn);
 	if (req == NULL) {
 		blen = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
 		hlen = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n"
@@ -511,116 +506,7 @@ conn_bad_request(struct http_conn *conn, const char *why)
 	char detail[160];
 
 	snprintf(detail, sizeof detail, "malformed HTTP request: %s", why);
-	conn_refuse(conn, 400, detail);
-}
-
-/*
- * Time limits that an idle timeout cannot give: a head must be complete
- * within header_timeout of its first byte, however the bytes are spaced;
- * then, while the server reads a body, each window of body_rate_window
- * seconds must bring body_min_rate bytes a second. A window in which we
- * paused the body ourselves (backpressure) does not count.
- */
-static void
-limit_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct http_conn *conn = arg;
-	const struct http_server_config *cfg = &conn->server->cfg;
-	struct http_request *req = conn->req;
-	size_t want;
-
-	(void)fd;
-	(void)what;
-	if (conn->limit == LIMIT_LINGER) {
-		conn_free(conn);
-		return;
-	}
-	if (conn->limit == LIMIT_HEAD) {
-		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
-		    "complete request head in %g s: closed", conn->peer,
-		    cfg->header_timeout);
-		conn_refuse(conn, 408, "request head not complete in time");
-		return;
-	}
-	want = (size_t)((double)cfg->body_min_rate * cfg->body_rate_window);
-	if (conn->window_paused || conn->body_paused ||
-	    conn->window_bytes >= want) {
-		conn->window_bytes = 0;
-		conn->window_paused = conn->body_paused;
-		return;
-	}
-	log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: request "
-	    "body under %zu bytes/s for %g s: closed", conn->peer,
-	    cfg->body_min_rate, cfg->body_rate_window);
-	if (req != NULL && !req->dispatched) {
-		struct error err;
-
-		error_set(&err, 408, "request body too slow: under %zu bytes/s "
-		    "for %g s", cfg->body_min_rate, cfg->body_rate_window);
-		reject(req, &err);
-		return;
-	}
-	/* Its handler reads the body and owns the answer: it hears of the
-	 * cut as of a client gone. */
-	conn_free(conn);
-}
-
-/* The head deadline runs from the first byte of a request (blank lines
- * before one included, which http-parser skips without a callback). */
-static void
-conn_limit_head(struct http_conn *conn)
-{
-	struct timeval tv;
-
-	if (conn->limit == LIMIT_HEAD)
-		return;
-	tv.tv_sec = (time_t)conn->server->cfg.header_timeout;
-	tv.tv_usec = (suseconds_t)((conn->server->cfg.header_timeout -
-	    (double)tv.tv_sec) * 1e6);
-	conn->limit = LIMIT_HEAD;
-	event_del(conn->limit_ev);
-	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-static void
-conn_limit_body(struct http_conn *conn)
-{
-	const struct http_server_config *cfg = &conn->server->cfg;
-	struct timeval tv;
-
-	conn_limit_stop(conn);
-	if (cfg->body_min_rate == 0)
-		return;
-	tv.tv_sec = (time_t)cfg->body_rate_window;
-	tv.tv_usec = (suseconds_t)((cfg->body_rate_window -
-	    (double)tv.tv_sec) * 1e6);
-	conn->limit = LIMIT_BODY;
-	conn->window_bytes = 0;
-	conn->window_paused = 0;
-	event_assign(conn->limit_ev, conn->server->base, -1, EV_PERSIST,
-	    limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-/* Lingering ends HTTP_LINGER_SECONDS after it began, however the client
- * keeps sending: the read timeout alone is an idle one. */
-static void
-conn_limit_linger(struct http_conn *conn)
-{
-	struct timeval tv = { HTTP_LINGER_SECONDS, 0 };
-
-	conn_limit_stop(conn);
-	conn->limit = LIMIT_LINGER;
-	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-static void
-conn_limit_stop(struct http_conn *conn)
-{
-	conn->limit = LIMIT_NONE;
-	event_del(conn->limit_ev);
+	http_conn_refuse(conn, 400, detail);
 }
 
 static void
@@ -634,7 +520,7 @@ conn_parse(struct http_conn *conn)
 	}
 	if (conn->req == NULL && !conn->waiting_reply && !conn->closing &&
 	    evbuffer_get_length(in) > 0)
-		conn_limit_head(conn);
+		http_conn_limit_head(conn);
 	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
 		struct evbuffer_iovec vec;
 		size_t n;
@@ -686,7 +572,7 @@ conn_upgrade(struct http_conn *conn)
 	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	conn->bev = NULL;
-	conn_free(conn);
+	http_conn_free(conn);
 	cb(bev, arg);
 }
 
@@ -716,7 +602,7 @@ http_conn_reply_done(struct http_request *req)
 		http_parser_pause(&conn->parser, 1);
 	}
 	conn->req = NULL;
-	conn_limit_stop(conn);
+	http_conn_limit_stop(conn);
 	if (req->reply_close || !req->keepalive)
 		conn->closing = 1;
 	http_request_retire(req);
@@ -748,7 +634,7 @@ static void
 conn_flushed_close(struct http_conn *conn)
 {
 	if (!conn->linger) {
-		conn_free(conn);
+		http_conn_free(conn);
 		return;
 	}
 	conn->linger = 0;
@@ -759,7 +645,7 @@ conn_flushed_close(struct http_conn *conn)
 	bufferevent_setwatermark(conn->bev, EV_READ, 0, 0);
 	conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
 	bufferevent_enable(conn->bev, EV_READ);
-	conn_limit_linger(conn);
+	http_conn_limit_linger(conn);
 }
 
 static void
@@ -773,7 +659,7 @@ conn_read_cb(struct bufferevent *bev, void *arg)
 		conn->discarded += evbuffer_get_length(in);
 		evbuffer_drain(in, evbuffer_get_length(in));
 		if (conn->discarded > HTTP_LINGER_MAX)
-			conn_free(conn);
+			http_conn_free(conn);
 		return;
 	}
 	conn_parse(conn);
@@ -820,11 +706,11 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 			cb(req, req->close_arg);
 		}
 	}
-	conn_free(conn);
+	http_conn_free(conn);
 }
 
-static void
-conn_free(struct http_conn *conn)
+void
+http_conn_free(struct http_conn *conn)
 {
 	http_upgrade_cb upgrade_cb = conn->upgrade_cb;
 
@@ -873,7 +759,7 @@ http_conn_open(struct http_server *server, evutil_socket_t fd,
 	}
 	http_header_reader_init(&conn->hr);
 	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
-	conn->limit_ev = event_new(server->base, -1, 0, limit_cb, conn);
+	http_conn_limit_init(conn);
 	http_parser_init(&conn->parser, HTTP_REQUEST);
 	conn->parser.data = conn;
 	LIST_INSERT_HEAD(&server->conns, conn, entry);
@@ -930,7 +816,7 @@ http_server_close_listeners(struct http_server *server)
 	for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
 		next = LIST_NEXT(conn, entry);
 		if (conn->req == NULL)
-			conn_free(conn);
+			http_conn_free(conn);
 	}
 }
 
@@ -939,7 +825,7 @@ http_server_free(struct http_server *server)
 {
 	http_server_close_listeners(server);
 	while (!LIST_EMPTY(&server->conns))
-		conn_free(LIST_FIRST(&server->conns));
+		http_conn_free(LIST_FIRST(&server->conns));
 	retired_cb(-1, 0, server);
 	event_free(server->retire_ev);
 	event_free(server->backoff_ev);
