@@ -190,8 +190,13 @@ void http_conn_free(struct http_conn *conn);
  * request may not have passed auth): status and detail, both ours. */
 void http_conn_refuse(struct http_conn *conn, int status,
     const char *detail);
+
+/* http_parse.c: http-parser's callbacks, conn in parser.data. */
+extern const http_parser_settings http_parse_settings;
 /* Answer req before its body was read, and close the connection after. */
 void http_request_reject(struct http_request *req, const struct error *err);
+/* http_server.c: an idle limit on reading (0: none). */
+void http_conn_set_read_timeout(struct http_conn *conn, int seconds);
 
 /* http_limits.c: the deadline of a head (from its first byte), the
  * minimum rate of a body, the end of lingering; stop: none. init makes
