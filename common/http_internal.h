@@ -1,5 +1,8 @@
-/* Shared by the server's connection and reply code; the client reuses
- * struct http_headers and struct http_header_reader. */
+/* Shared by the server's files (http_listen.c accepts, http_server.c runs
+ * connections, http_parse.c reads requests, http_limits.c times them,
+ * http_request.c serves them to handlers, http_reply.c answers); the
+ * client reuses struct http_headers and struct http_header_reader
+ * (http_headers.c). */
 #ifndef HTTP_INTERNAL_H
 #define HTTP_INTERNAL_H
 
