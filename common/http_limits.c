@@ -35,7 +35,8 @@ limit_cb(evutil_socket_t fd, short what, void *arg)
 		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
 		    "complete request head in %g s: closed", conn->peer,
 		    cfg->header_timeout);
-		http_conn_refuse(conn, 408, "request head not complete in time");
+		http_conn_refuse(conn, 408, "request head not complete in "
+		    "time");
 		return;
 	}
 	want = (size_t)((double)cfg->body_min_rate * cfg->body_rate_window);

@@ -331,7 +331,8 @@ route_connect(struct http_request *req, void *arg)
 			c->err = err;
 		} else if (sb != NULL) {
 			c->pending--;
-			json_array_append_new(c->created, json_string(sb->name));
+			json_array_append_new(c->created,
+			    json_string(sb->name));
 		}
 	}
 	if (--c->pending == 0)

@@ -1,9 +1,11 @@
 /*
  * Warm pools: POOL_SIZE ready sandboxes of each type in DEFAULT_SANDBOX_TYPE.
  * A take hands out the oldest warm one at once and the pool refills in the
- * background (pool_take_or_create, the one way the APIs get a sandbox), a few creates at a time (SANDBOXD_POOL_PARALLEL) so a burst
+ * background, a few creates at a time (SANDBOXD_POOL_PARALLEL) so a burst
  * does not swamp the machine. A pool whose creates fail backs off before it
- * tries again, so a missing image does not become a busy loop.
+ * tries again, so a missing image does not become a busy loop. Every API
+ * that hands out a sandbox goes through pool_take_or_create: from the pool
+ * when it can, else a new one.
  */
 #include "sandboxd.h"
 
