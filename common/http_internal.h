@@ -1,5 +1,8 @@
-/* Shared by the server's connection and reply code; the client reuses
- * struct http_headers and struct http_header_reader. */
+/* Shared by the server's files (http_listen.c accepts, http_server.c runs
+ * connections, http_parse.c reads requests, http_limits.c times them,
+ * http_request.c serves them to handlers, http_reply.c answers); the
+ * client reuses struct http_headers and struct http_header_reader
+ * (http_headers.c). */
 #ifndef HTTP_INTERNAL_H
 #define HTTP_INTERNAL_H
 
@@ -82,7 +85,7 @@ struct http_conn {
 	struct http_header_reader hr;	/* into req->headers */
 	struct event *resume_ev;	/* parse buffered input after a pause */
 	/* The head deadline, then the body's rate windows, or the end of
-	 * lingering (http_server.c). */
+	 * lingering (http_limits.c). */
 	struct event *limit_ev;
 	enum { LIMIT_NONE, LIMIT_HEAD, LIMIT_BODY, LIMIT_LINGER } limit;
 	size_t window_bytes;		/* body bytes in this rate window */
@@ -183,6 +186,30 @@ void http_listeners_init(struct http_server *server);
 void http_listeners_close(struct http_server *server);
 /* A connection closed: accepting paused for want of descriptors may go on. */
 void http_listeners_conn_closed(struct http_server *server);
+
+/* http_server.c: end conn now, telling a request in flight. */
+void http_conn_free(struct http_conn *conn);
+/* End a connection whose request cannot go on, with a fixed answer (the
+ * request may not have passed auth): status and detail, both ours. */
+void http_conn_refuse(struct http_conn *conn, int status,
+    const char *detail);
+
+/* http_parse.c: http-parser's callbacks, conn in parser.data. */
+extern const http_parser_settings http_parse_settings;
+/* Answer req before its body was read, and close the connection after. */
+void http_request_reject(struct http_request *req, const struct error *err);
+/* http_server.c: an idle limit on reading (0: none). */
+void http_conn_set_read_timeout(struct http_conn *conn, int seconds);
+
+/* http_limits.c: the deadline of a head (from its first byte), the
+ * minimum rate of a body, the end of lingering; stop: none. init makes
+ * conn->limit_ev. */
+#define HTTP_LINGER_SECONDS	2	/* at most, reading to drop a body */
+void http_conn_limit_init(struct http_conn *conn);
+void http_conn_limit_head(struct http_conn *conn);
+void http_conn_limit_body(struct http_conn *conn);
+void http_conn_limit_linger(struct http_conn *conn);
+void http_conn_limit_stop(struct http_conn *conn);
 
 /* Called by the reply code once a reply is fully queued. */
 void http_conn_reply_done(struct http_request *req);

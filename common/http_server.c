@@ -1,7 +1,10 @@
 /*
- * Connections of the HTTP server: parse requests with http-parser, route,
- * check auth and limits, and hand requests to handlers. Sockets are
- * accepted by http_listen.c; replies are written by http_reply.c.
+ * Connections of the HTTP server: read their sockets into http-parser
+ * (whose callbacks, http_parse.c, build, route, check and dispatch each
+ * request), pause and resume for backpressure and for replies, keep-alive,
+ * closing, lingering over an unread body, hand-over after a 101. Sockets
+ * are accepted by http_listen.c; replies are written by http_reply.c; the
+ * time limits on heads, bodies and lingering are http_limits.c's.
  */
 #include "http_internal.h"
 
@@ -17,26 +20,15 @@
 #include "log.h"
 #include "xmalloc.h"
 
-#define HTTP_MAX_HEADERS	128
-#define HTTP_MAX_URL		(16 * 1024)
 #define HTTP_IDLE_TIMEOUT	120	/* seconds a keep-alive connection may idle */
-#define HTTP_BODY_TIMEOUT	120	/* seconds between pieces of a body */
 #define HTTP_WRITE_TIMEOUT	300	/* seconds a client may stall reading */
 #define HTTP_INPUT_HIGH		(1024 * 1024)	/* stop reading past this */
-#define HTTP_DEFAULT_MAX_BODY	(32 * 1024 * 1024)
 #define HTTP_IO_STEP		(256 * 1024)	/* bytes per socket read/write */
 
 static void conn_parse(struct http_conn *conn);
 static void conn_upgrade(struct http_conn *conn);
-static void conn_free(struct http_conn *conn);
-static void conn_set_read_timeout(struct http_conn *conn, int seconds);
 static void conn_flushed_close(struct http_conn *conn);
-static void conn_limit_head(struct http_conn *conn);
-static void conn_limit_body(struct http_conn *conn);
-static void conn_limit_stop(struct http_conn *conn);
-static void conn_limit_linger(struct http_conn *conn);
 
-#define HTTP_LINGER_SECONDS	2
 #define HTTP_LINGER_MAX		(64 * 1024 * 1024)
 
 /* Requests are freed a loop turn after their reply, not at once, so that
@@ -68,404 +60,10 @@ http_request_retire(struct http_request *req)
 	event_active(server->retire_ev, EV_TIMEOUT, 0);
 }
 
-/* Parsing. */
-
-static struct http_conn *
-parser_conn(http_parser *p)
-{
-	return p->data;
-}
-
-static int
-on_message_begin(http_parser *p)
-{
-	struct http_conn *conn = parser_conn(p);
-	struct http_request *req;
-
-	if (conn->req != NULL)
-		fatal("http: a request began while another is in progress");
-	req = xcalloc(1, sizeof *req);
-	req->conn = conn;
-	req->server = conn->server;
-	req->content_length = -1;
-	req->body = evbuffer_new();
-	conn->server->nrequests++;
-	gettimeofday(&req->started, NULL);
-	conn->req = req;
-	http_header_reader_reset(&conn->hr);
-	conn_limit_head(conn);
-	return 0;
-}
-
-static int
-on_url(http_parser *p, const char *at, size_t len)
-{
-	struct http_conn *conn = parser_conn(p);
-	struct http_request *req = conn->req;
-	size_t old;
-
-	if (req == NULL)
-		return 0;
-	old = req->url != NULL ? strlen(req->url) : 0;
-
-	if (old + len > HTTP_MAX_URL)
-		return -1;
-	req->url = xrealloc(req->url, old + len + 1);
-	memcpy(req->url + old, at, len);
-	req->url[old + len] = '\0';
-	return 0;
-}
-
-/* RFC 9110's tchar: what a header name is made of. */
-static int
-is_tchar(unsigned char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-	    (c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~",
-	    c) != NULL);
-}
-
-/*
- * RFC 9112 (5.1, 5.2) has a server refuse both a space before a header's
- * colon and a header continued on the next line (obs-fold). http-parser
- * takes "Transfer-Encoding : chunked" as chunked and joins folded lines,
- * while a proxy in front may read either otherwise: the same bytes would be
- * two different requests to the two of us (request smuggling).
- */
-static int
-on_header_field(http_parser *p, const char *at, size_t len)
-{
-	struct http_conn *conn = parser_conn(p);
-
-	if (conn->req == NULL)
-		return 0;
-	for (size_t i = 0; i < len; i++) {
-		if (!is_tchar((unsigned char)at[i])) {
-			conn->fault = "invalid character in a header name";
-			return -1;
-		}
-	}
-	if (http_header_reader_field(&conn->hr, at, len, &conn->req->headers,
-	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK) {
-		conn->fault = "too many headers, or a NUL byte in one";
-		return -1;
-	}
-	return 0;
-}
-
-static int
-on_header_value(http_parser *p, const char *at, size_t len)
-{
-	struct http_conn *conn = parser_conn(p);
-	char before;
-
-	/* A piece of a value starts at a line's first byte only when the
-	 * line continues the one before: an obs-fold. (A value cut by the
-	 * end of what was read resumes mid-line, after a value byte.) */
-	before = at > conn->parse_start ? at[-1] : conn->parse_last;
-	if (len > 0 && before == '\n') {
-		conn->fault = "a header folded over several lines (obs-fold)";
-		return -1;
-	}
-	http_header_reader_value(&conn->hr, at, len);
-	return 0;
-}
-
-static int
-method_from_parser(unsigned pm, enum http_verb *method)
-{
-	switch (pm) {
-	case HTTP_DELETE: *method = HTTP_METHOD_DELETE; return 0;
-	case HTTP_GET: *method = HTTP_METHOD_GET; return 0;
-	case HTTP_HEAD: *method = HTTP_METHOD_HEAD; return 0;
-	case HTTP_POST: *method = HTTP_METHOD_POST; return 0;
-	case HTTP_PUT: *method = HTTP_METHOD_PUT; return 0;
-	case HTTP_OPTIONS: *method = HTTP_METHOD_OPTIONS; return 0;
-	case HTTP_PATCH: *method = HTTP_METHOD_PATCH; return 0;
-	default: return -1;
-	}
-}
-
-static int
-parse_query(struct http_request *req, struct error *err)
-{
-	const char *q = req->raw_query;
-
-	while (q != NULL && *q != '\0') {
-		const char *amp = strchr(q, '&'), *eq;
-		size_t len = amp != NULL ? (size_t)(amp - q) : strlen(q);
-		char *name, *value;
-
-		eq = memchr(q, '=', len);
-		if (len > 0) {
-			size_t nlen = eq != NULL ? (size_t)(eq - q) : len;
-
-			/* Before auth: a fixed message, no byte of the client's. */
-			if (http_percent_decode(q, nlen, 1, &name) < 0) {
-				error_set(err, 400, "malformed query string");
-				return -1;
-			}
-			if (eq == NULL)
-				value = xstrdup("");
-			else if (http_percent_decode(eq + 1, len - nlen - 1, 1,
-			    &value) < 0) {
-				free(name);
-				error_set(err, 400, "malformed query string");
-				return -1;
-			}
-			http_headers_add(&req->query, name, value);
-		}
-		q = amp != NULL ? amp + 1 : NULL;
-	}
-	return 0;
-}
-
-/* Split the URL into path and query, drop the alias prefix, decode. */
-static int
-parse_target(struct http_request *req, struct error *err)
-{
-	const char *alias = req->server->cfg.alias_prefix;
-	struct http_parser_url u;
-	const char *target = req->url;
-	char *q;
-
-	if (target == NULL || target[0] != '/') {
-		http_parser_url_init(&u);
-		if (target == NULL || http_parser_parse_url(target,
-		    strlen(target), 0, &u) != 0 ||
-		    !(u.field_set & (1 << UF_PATH))) {
-			error_set(err, 400, "malformed request target");
-			return -1;
-		}
-		/* Absolute form (a proxy-style request): keep path and query. */
-		target += u.field_data[UF_PATH].off;
-	}
-	if (alias != NULL) {
-		size_t alen = strlen(alias);
-
-		if (strncmp(target, alias, alen) == 0 &&
-		    (target[alen] == '/' || target[alen] == '?' ||
-		    target[alen] == '\0')) {
-			target += alen;
-		}
-	}
-	if (*target != '/')
-		req->raw_target = xasprintf("/%s", target);
-	else
-		req->raw_target = xstrdup(target);
-	q = strchr(req->raw_target, '?');
-	if (q != NULL) {
-		*q = '\0';
-		if (http_percent_decode(req->raw_target, strlen(req->raw_target),
-		    0, &req->path) < 0) {
-			*q = '?';
-			error_set(err, 400, "malformed percent-encoding in path");
-			return -1;
-		}
-		*q = '?';
-		req->raw_query = q + 1;
-	} else if (http_percent_decode(req->raw_target, strlen(req->raw_target),
-	    0, &req->path) < 0) {
-		error_set(err, 400, "malformed percent-encoding in path");
-		return -1;
-	}
-	/* A '#' fragment is never sent by conforming clients; drop it. */
-	if ((q = strchr(req->path, '#')) != NULL && req->raw_query == NULL)
-		*q = '\0';
-	return parse_query(req, err);
-}
-
-/* route: NULL when no route has the path (or not with this method). */
-static int
-check_auth(struct http_request *req, const struct http_route *route,
-    struct error *err)
-{
-	const struct http_server_config *cfg = &req->server->cfg;
-	const char *h;
-
-	if (cfg->token == NULL ||
-	    (route != NULL && (route->flags & HTTP_ROUTE_NO_AUTH)))
-		return 0;
-	h = http_request_header(req, "Authorization");
-	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
-		error_set(err, cfg->auth_status, "%s", cfg->auth_missing_detail);
-		return -1;
-	}
-	h += 7;
-	while (*h == ' ')
-		h++;
-	if (!http_token_equal(h, cfg->token)) {
-		error_set(err, cfg->auth_status, "%s", cfg->auth_wrong_detail);
-		return -1;
-	}
-	return 0;
-}
-
-/* Answer before the body was read: the connection cannot be reused because
- * the body would be taken for the next request, so it closes after. */
-static void
-reject(struct http_request *req, const struct error *err)
-{
-	req->rejected = 1;
-	req->reply_close = 1;
-	http_parser_pause(&req->conn->parser, 1);
-	http_reply_err(req, err);
-}
-
-static void
-dispatch(struct http_request *req)
-{
-	req->dispatched = 1;
-	req->route->handler(req, req->server->cfg.handler_arg);
-}
-
-static int
-on_headers_complete(http_parser *p)
-{
-	struct http_conn *conn = parser_conn(p);
-	struct http_request *req = conn->req;
-	const struct http_server_config *cfg = &conn->server->cfg;
-	struct error err = { 0 };
-	const char *cl, *expect;
-	int mismatch;
-
-	if (req == NULL)
-		return 0;
-	conn_limit_body(conn);
-	if (http_header_reader_end(&conn->hr, &req->headers,
-	    HTTP_MAX_HEADERS) != HTTP_HEADER_OK)
-		return -1;
-	req->http_major = p->http_major;
-	req->http_minor = p->http_minor;
-	req->keepalive = http_should_keep_alive(p);
-	req->method_name = http_method_str((enum http_method)p->method);
-	if (method_from_parser(p->method, &req->method) < 0) {
-		error_set(&err, 501, "method %s is not supported",
-		    req->method_name);
-		goto rejected;
-	}
-	if (parse_target(req, &err) < 0)
-		goto rejected;
-	if ((cl = http_request_header(req, "Content-Length")) != NULL)
-		req->content_length = (int64_t)p->content_length;
-	req->route = http_route_find(cfg->routes, cfg->nroutes, req->method,
-	    req->path, &mismatch);
-	/* Which paths exist is for clients with the token to learn: without
-	 * it, every path but the open routes' answers the auth error. */
-	if (check_auth(req, req->route, &err) < 0)
-		goto rejected;
-	if (req->route == NULL) {
-		if (mismatch)
-			error_set(&err, 405, "Method Not Allowed");
-		else
-			error_set(&err, 404, "Not Found");
-		goto rejected;
-	}
-	req->body_limit = req->route->max_body ? req->route->max_body :
-	    cfg->max_body ? cfg->max_body : HTTP_DEFAULT_MAX_BODY;
-	if (!(req->route->flags & HTTP_ROUTE_STREAM_BODY) &&
-	    req->content_length > (int64_t)req->body_limit) {
-		error_set(&err, 413, "request body too large: %lld bytes, the "
-		    "limit is %zu", (long long)req->content_length,
-		    req->body_limit);
-		goto rejected;
-	}
-	expect = http_request_header(req, "Expect");
-	if (expect != NULL && strcasecmp(expect, "100-continue") == 0 &&
-	    req->http_major == 1 && req->http_minor >= 1) {
-		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-
-		bufferevent_write(conn->bev, cont, sizeof cont - 1);
-	}
-	conn_set_read_timeout(conn, HTTP_BODY_TIMEOUT);
-	if (req->route->flags & HTTP_ROUTE_STREAM_BODY)
-		dispatch(req);
-	return 0;
-rejected:
-	reject(req, &err);
-	return 0;
-}
-
-static int
-on_body(http_parser *p, const char *at, size_t len)
-{
-	struct http_conn *conn = parser_conn(p);
-	struct http_request *req = conn->req;
-
-	conn->window_bytes += len;
-	if (req == NULL || req->rejected || req->body_aborted)
-		return 0;
-	req->body_received += len;
-	if (req->route->flags & HTTP_ROUTE_STREAM_BODY) {
-		if (req->body_cb == NULL)
-			return 0;
-		if (req->body_cb(req, at, len, req->body_arg) < 0) {
-			/* Its reply, if already sent, has retired req. */
-			if (conn->req == req) {
-				req->body_aborted = 1;
-				req->reply_close = 1;
-			}
-			http_parser_pause(p, 1);
-		}
-		return 0;
-	}
-	if (evbuffer_get_length(req->body) + len > req->body_limit) {
-		struct error err;
-
-		error_set(&err, 413, "request body too large: the limit is %zu "
-		    "bytes", req->body_limit);
-		reject(req, &err);
-		return 0;
-	}
-	evbuffer_add(req->body, at, len);
-	return 0;
-}
-
-static int
-on_message_complete(http_parser *p)
-{
-	struct http_conn *conn = parser_conn(p);
-	struct http_request *req = conn->req;
-
-	if (req == NULL)
-		return 0;
-	req->body_complete = 1;
-	/* What follows the head of an upgrade is another protocol: an
-	 * ordinary answer ends the connection. */
-	if (p->upgrade) {
-		req->upgrade = 1;
-		req->reply_close = 1;
-	}
-	/* One request at a time: pipelined requests wait in the input buffer
-	 * until this one is answered. */
-	http_parser_pause(p, 1);
-	conn->waiting_reply = 1;
-	conn_limit_stop(conn);
-	conn_set_read_timeout(conn, 0);
-	/* (A request already answered is no longer conn->req.) */
-	if (req->rejected || req->body_aborted)
-		return 0;
-	if (!req->dispatched)
-		dispatch(req);
-	else if (req->body_end_cb != NULL)
-		req->body_end_cb(req, req->body_arg);
-	return 0;
-}
-
-static const http_parser_settings parser_settings = {
-	.on_message_begin = on_message_begin,
-	.on_url = on_url,
-	.on_header_field = on_header_field,
-	.on_header_value = on_header_value,
-	.on_headers_complete = on_headers_complete,
-	.on_body = on_body,
-	.on_message_complete = on_message_complete,
-};
-
 /* Connections. */
 
-static void
-conn_set_read_timeout(struct http_conn *conn, int seconds)
+void
+http_conn_set_read_timeout(struct http_conn *conn, int seconds)
 {
 	struct timeval rtv = { seconds, 0 }, wtv = { HTTP_WRITE_TIMEOUT, 0 };
 
@@ -474,8 +72,8 @@ conn_set_read_timeout(struct http_conn *conn, int seconds)
 
 /* End a connection whose request cannot go on, with a fixed answer (the
  * request may not have passed auth): status and detail, both ours. */
-static void
-conn_refuse(struct http_conn *conn, int status, const char *detail)
+void
+http_conn_refuse(struct http_conn *conn, int status, const char *detail)
 {
 	struct http_request *req = conn->req;
 	char body[256], head[256];
@@ -487,7 +85,7 @@ conn_refuse(struct http_conn *conn, int status, const char *detail)
 		http_request_free(req);
 		req = NULL;
 	}
-	conn_limit_stop(conn);
+	http_conn_limit_stop(conn);
 	if (req == NULL) {
 		blen = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
 		hlen = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n"
@@ -511,116 +109,7 @@ conn_bad_request(struct http_conn *conn, const char *why)
 	char detail[160];
 
 	snprintf(detail, sizeof detail, "malformed HTTP request: %s", why);
-	conn_refuse(conn, 400, detail);
-}
-
-/*
- * Time limits that an idle timeout cannot give: a head must be complete
- * within header_timeout of its first byte, however the bytes are spaced;
- * then, while the server reads a body, each window of body_rate_window
- * seconds must bring body_min_rate bytes a second. A window in which we
- * paused the body ourselves (backpressure) does not count.
- */
-static void
-limit_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct http_conn *conn = arg;
-	const struct http_server_config *cfg = &conn->server->cfg;
-	struct http_request *req = conn->req;
-	size_t want;
-
-	(void)fd;
-	(void)what;
-	if (conn->limit == LIMIT_LINGER) {
-		conn_free(conn);
-		return;
-	}
-	if (conn->limit == LIMIT_HEAD) {
-		log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: no "
-		    "complete request head in %g s: closed", conn->peer,
-		    cfg->header_timeout);
-		conn_refuse(conn, 408, "request head not complete in time");
-		return;
-	}
-	want = (size_t)((double)cfg->body_min_rate * cfg->body_rate_window);
-	if (conn->window_paused || conn->body_paused ||
-	    conn->window_bytes >= want) {
-		conn->window_bytes = 0;
-		conn->window_paused = conn->body_paused;
-		return;
-	}
-	log_rate_msg(&conn->server->slow_log, LOG_INFO, "http %s: request "
-	    "body under %zu bytes/s for %g s: closed", conn->peer,
-	    cfg->body_min_rate, cfg->body_rate_window);
-	if (req != NULL && !req->dispatched) {
-		struct error err;
-
-		error_set(&err, 408, "request body too slow: under %zu bytes/s "
-		    "for %g s", cfg->body_min_rate, cfg->body_rate_window);
-		reject(req, &err);
-		return;
-	}
-	/* Its handler reads the body and owns the answer: it hears of the
-	 * cut as of a client gone. */
-	conn_free(conn);
-}
-
-/* The head deadline runs from the first byte of a request (blank lines
- * before one included, which http-parser skips without a callback). */
-static void
-conn_limit_head(struct http_conn *conn)
-{
-	struct timeval tv;
-
-	if (conn->limit == LIMIT_HEAD)
-		return;
-	tv.tv_sec = (time_t)conn->server->cfg.header_timeout;
-	tv.tv_usec = (suseconds_t)((conn->server->cfg.header_timeout -
-	    (double)tv.tv_sec) * 1e6);
-	conn->limit = LIMIT_HEAD;
-	event_del(conn->limit_ev);
-	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-static void
-conn_limit_body(struct http_conn *conn)
-{
-	const struct http_server_config *cfg = &conn->server->cfg;
-	struct timeval tv;
-
-	conn_limit_stop(conn);
-	if (cfg->body_min_rate == 0)
-		return;
-	tv.tv_sec = (time_t)cfg->body_rate_window;
-	tv.tv_usec = (suseconds_t)((cfg->body_rate_window -
-	    (double)tv.tv_sec) * 1e6);
-	conn->limit = LIMIT_BODY;
-	conn->window_bytes = 0;
-	conn->window_paused = 0;
-	event_assign(conn->limit_ev, conn->server->base, -1, EV_PERSIST,
-	    limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-/* Lingering ends HTTP_LINGER_SECONDS after it began, however the client
- * keeps sending: the read timeout alone is an idle one. */
-static void
-conn_limit_linger(struct http_conn *conn)
-{
-	struct timeval tv = { HTTP_LINGER_SECONDS, 0 };
-
-	conn_limit_stop(conn);
-	conn->limit = LIMIT_LINGER;
-	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
-	event_add(conn->limit_ev, &tv);
-}
-
-static void
-conn_limit_stop(struct http_conn *conn)
-{
-	conn->limit = LIMIT_NONE;
-	event_del(conn->limit_ev);
+	http_conn_refuse(conn, 400, detail);
 }
 
 static void
@@ -634,7 +123,7 @@ conn_parse(struct http_conn *conn)
 	}
 	if (conn->req == NULL && !conn->waiting_reply && !conn->closing &&
 	    evbuffer_get_length(in) > 0)
-		conn_limit_head(conn);
+		http_conn_limit_head(conn);
 	while (!conn->closing && !conn->waiting_reply && !conn->body_paused) {
 		struct evbuffer_iovec vec;
 		size_t n;
@@ -644,7 +133,7 @@ conn_parse(struct http_conn *conn)
 			return;
 		conn->in_parse = 1;
 		conn->parse_start = vec.iov_base;
-		n = http_parser_execute(&conn->parser, &parser_settings,
+		n = http_parser_execute(&conn->parser, &http_parse_settings,
 		    vec.iov_base, vec.iov_len);
 		conn->in_parse = 0;
 		if (n > 0)
@@ -686,7 +175,7 @@ conn_upgrade(struct http_conn *conn)
 	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	conn->bev = NULL;
-	conn_free(conn);
+	http_conn_free(conn);
 	cb(bev, arg);
 }
 
@@ -716,7 +205,7 @@ http_conn_reply_done(struct http_request *req)
 		http_parser_pause(&conn->parser, 1);
 	}
 	conn->req = NULL;
-	conn_limit_stop(conn);
+	http_conn_limit_stop(conn);
 	if (req->reply_close || !req->keepalive)
 		conn->closing = 1;
 	http_request_retire(req);
@@ -731,7 +220,7 @@ http_conn_reply_done(struct http_request *req)
 	conn->waiting_reply = 0;
 	if (!conn->body_paused)
 		http_parser_pause(&conn->parser, 0);
-	conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
+	http_conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
 	bufferevent_enable(conn->bev, EV_READ);
 	if (!conn->in_parse &&
 	    evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
@@ -748,7 +237,7 @@ static void
 conn_flushed_close(struct http_conn *conn)
 {
 	if (!conn->linger) {
-		conn_free(conn);
+		http_conn_free(conn);
 		return;
 	}
 	conn->linger = 0;
@@ -757,9 +246,9 @@ conn_flushed_close(struct http_conn *conn)
 	evbuffer_drain(bufferevent_get_input(conn->bev),
 	    evbuffer_get_length(bufferevent_get_input(conn->bev)));
 	bufferevent_setwatermark(conn->bev, EV_READ, 0, 0);
-	conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
+	http_conn_set_read_timeout(conn, HTTP_LINGER_SECONDS);
 	bufferevent_enable(conn->bev, EV_READ);
-	conn_limit_linger(conn);
+	http_conn_limit_linger(conn);
 }
 
 static void
@@ -773,7 +262,7 @@ conn_read_cb(struct bufferevent *bev, void *arg)
 		conn->discarded += evbuffer_get_length(in);
 		evbuffer_drain(in, evbuffer_get_length(in));
 		if (conn->discarded > HTTP_LINGER_MAX)
-			conn_free(conn);
+			http_conn_free(conn);
 		return;
 	}
 	conn_parse(conn);
@@ -820,11 +309,11 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 			cb(req, req->close_arg);
 		}
 	}
-	conn_free(conn);
+	http_conn_free(conn);
 }
 
-static void
-conn_free(struct http_conn *conn)
+void
+http_conn_free(struct http_conn *conn)
 {
 	http_upgrade_cb upgrade_cb = conn->upgrade_cb;
 
@@ -873,7 +362,7 @@ http_conn_open(struct http_server *server, evutil_socket_t fd,
 	}
 	http_header_reader_init(&conn->hr);
 	conn->resume_ev = event_new(server->base, -1, 0, conn_resume_cb, conn);
-	conn->limit_ev = event_new(server->base, -1, 0, limit_cb, conn);
+	http_conn_limit_init(conn);
 	http_parser_init(&conn->parser, HTTP_REQUEST);
 	conn->parser.data = conn;
 	LIST_INSERT_HEAD(&server->conns, conn, entry);
@@ -886,7 +375,7 @@ http_conn_open(struct http_server *server, evutil_socket_t fd,
 	bufferevent_set_max_single_write(conn->bev, HTTP_IO_STEP);
 	bufferevent_setwatermark(conn->bev, EV_READ, 0, HTTP_INPUT_HIGH);
 	bufferevent_setwatermark(conn->bev, EV_WRITE, 256 * 1024, 0);
-	conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
+	http_conn_set_read_timeout(conn, HTTP_IDLE_TIMEOUT);
 	bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
 }
 
@@ -930,7 +419,7 @@ http_server_close_listeners(struct http_server *server)
 	for (conn = LIST_FIRST(&server->conns); conn != NULL; conn = next) {
 		next = LIST_NEXT(conn, entry);
 		if (conn->req == NULL)
-			conn_free(conn);
+			http_conn_free(conn);
 	}
 }
 
@@ -939,7 +428,7 @@ http_server_free(struct http_server *server)
 {
 	http_server_close_listeners(server);
 	while (!LIST_EMPTY(&server->conns))
-		conn_free(LIST_FIRST(&server->conns));
+		http_conn_free(LIST_FIRST(&server->conns));
 	retired_cb(-1, 0, server);
 	event_free(server->retire_ev);
 	event_free(server->backoff_ev);

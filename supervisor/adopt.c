@@ -194,7 +194,7 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 		return;
 	}
 	tname = json_string_value(json_object_get(rec, "type"));
-	type = types_find(tname);
+	type = sandbox_types_find(tname);
 	st = json_string_value(json_object_get(rec, "state"));
 	if (type == NULL || json_string_value(json_object_get(rec, "token")) ==
 	    NULL || json_string_value(json_object_get(rec, "id")) == NULL) {

@@ -11,6 +11,9 @@
  * agent ends it at that timeout (at most a week) and answers; a clock
  * shorter than the caller's would kill work the caller asked for, so the
  * relay waits that long plus a margin for the answer to come back.
+ *
+ * agent_call_json answers through its callback, always after it returned,
+ * also when the call cannot even start (defer.c).
  */
 #include "sandboxd.h"
 
@@ -42,6 +45,7 @@ struct json_call {
 	struct sandbox *sb;
 	agent_json_cb done;
 	void *arg;
+	struct error err;	/* a call that could not start */
 };
 
 /* One relay in flight. Freed once the reply is finished and the agent's
@@ -73,6 +77,19 @@ json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
 	free(c);
 }
 
+/* The call could not start: its error, from the loop (the contract). */
+static void
+json_call_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct json_call *c = arg;
+
+	(void)fd;
+	(void)what;
+	c->done(c->sb, 0, NULL, &c->err, c->arg);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
 void
 agent_call_json(struct sandbox *sb, const char *method, const char *target,
     json_t *body, double timeout, agent_json_cb done, void *arg)
@@ -80,18 +97,15 @@ agent_call_json(struct sandbox *sb, const char *method, const char *target,
 	struct json_call *c = xcalloc(1, sizeof *c);
 	char *auth = xasprintf("Authorization: Bearer %s", sb->token);
 	const char *headers[] = { auth, NULL };
-	struct error err;
 
 	c->sb = sb;
 	c->done = done;
 	c->arg = arg;
 	sandbox_ref(sb);
 	if (http_client_json(sd.base, sb->agent_addr, method, target, headers,
-	    body, timeout, json_call_cb, c, &err) == NULL) {
-		redact_error(&err, sb->agent_addr);
-		done(sb, 0, NULL, &err, arg);
-		sandbox_unref(sb);
-		free(c);
+	    body, timeout, json_call_cb, c, &c->err) == NULL) {
+		redact_error(&c->err, sb->agent_addr);
+		sandboxd_defer(json_call_refused_cb, c);
 	}
 	explicit_bzero(auth, strlen(auth));
 	free(auth);
@@ -209,7 +223,7 @@ relay_head_cb(struct http_client_request *r, int status, void *arg)
 		    http_client_header(r, "Content-Length"));
 		http_client_cancel(r);
 		rl->up = NULL;
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 		relay_free(rl);
 		return;
 	}
@@ -266,7 +280,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		e = *err;
 		redact_error(&e, rl->agent_addr);
 		error_prefix(&e, "the agent of %s", rl->sb_name);
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 	} else if (rl->status == 200) {
 		size_t len = evbuffer_get_length(rl->buf);
 		json_t *text = json_stringn((const char *)
@@ -276,7 +290,7 @@ relay_done_cb(struct http_client_request *r, const struct error *err,
 		    text != NULL ? text : json_string("")));
 	} else {
 		agent_error(rl, &e);
-		sandboxd_reply_rpc_error(rl->req, rl->what, &e);
+		api_reply_rpc_error(rl->req, rl->what, &e);
 	}
 	relay_free(rl);
 }
@@ -331,7 +345,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	free(text);
 	if (rl->up == NULL) {
 		redact_error(&err, sb->agent_addr);
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		relay_free(rl);
 		return;
 	}

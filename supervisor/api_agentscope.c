@@ -38,16 +38,6 @@ struct rpc {
 	const char *tool_type;		/* list_tools: borrowed from args */
 };
 
-void
-sandboxd_reply_rpc_error(struct http_request *req, const char *what,
-    const struct error *err)
-{
-	struct error e = *err;
-
-	error_prefix(&e, "Error in %s", what);
-	sandboxd_reply_error(req, &e);
-}
-
 static void
 reply_data(struct http_request *req, json_t *data)
 {
@@ -141,7 +131,7 @@ rpc_args(struct http_request *req, const struct rpc_method *m, int is_async,
 		args = NULL;
 	}
 	if (args == NULL)
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 	return args;
 }
 
@@ -154,13 +144,13 @@ rpc_sandbox(struct http_request *req, const char *what, json_t *args)
 	struct error err;
 
 	if (json_get_string(args, "identity", 1, &identity, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return NULL;
 	}
 	sb = sandbox_find(identity);
 	if (sb == NULL) {
 		error_set(&err, 404, "no sandbox %s", identity);
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return NULL;
 	}
 	sessions_touch_sandbox(sb);
@@ -173,41 +163,6 @@ route_health(struct http_request *req, void *arg)
 	(void)arg;
 	http_reply_json(req, 200, json_pack("{s:s,s:s}", "status", "healthy",
 	    "version", VERSION));
-}
-
-int
-api_parse_create(json_t *args, struct create_request *creq,
-    const char *type_key, struct error *err)
-{
-	const char *type_name, *session = NULL;
-	json_t *meta;
-
-	memset(creq, 0, sizeof *creq);
-	if (json_get_string(args, type_key, 0, &type_name, err) < 0 ||
-	    json_get_string(args, "mount_dir", 0, &creq->mount_dir, err) < 0 ||
-	    json_get_string(args, "storage_path", 0, &creq->storage_path,
-	    err) < 0 ||
-	    json_get_object(args, "environment", 0, &creq->environment,
-	    err) < 0 ||
-	    json_get_object(args, "meta", 0, &meta, err) < 0)
-		return -1;
-	if (type_name == NULL)
-		type_name = sd.cfg.pool_types.v[0];
-	creq->type = types_find(type_name);
-	if (creq->type == NULL) {
-		error_set(err, 400, "unknown sandbox type '%s'", type_name);
-		return -1;
-	}
-	if (meta != NULL) {
-		if (json_get_string(meta, "session_ctx_id", 0, &session,
-		    err) < 0) {
-			error_prefix(err, "meta");
-			return -1;
-		}
-		creq->meta = meta;
-	}
-	creq->session = session;
-	return 0;
 }
 
 /* create, create_from_pool: a name, or null with the reason. */
@@ -242,23 +197,17 @@ create_common(struct http_request *req, const char *what, json_t *args,
 	struct error err;
 
 	if (api_parse_create(args, &creq, "sandbox_type", &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return;
 	}
-	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
-	    creq.environment == NULL &&
-	    (sb = pool_take(creq.type)) != NULL) {
-		if (creq.meta != NULL)
-			json_object_update(sb->meta, creq.meta);
-		sessions_bind(sb, creq.session);
-		reply_data(req, json_string(sb->name));
-		return;
-	}
-	if (lifecycle_create(&creq, created_cb, req, &err) == NULL) {
+	if (pool_take_or_create(&creq, from_pool, &sb, created_cb, req,
+	    &err) < 0) {
 		if (err.status == 503)
 			reply_created(req, NULL, &err);
 		else
-			sandboxd_reply_rpc_error(req, what, &err);
+			api_reply_rpc_error(req, what, &err);
+	} else if (sb != NULL) {
+		reply_data(req, json_string(sb->name));
 	}
 }
 
@@ -288,7 +237,7 @@ bool_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 		http_reply_json(r->req, 200, json_pack("{s:b,s:s}", "data", 0,
 		    "detail", e.msg));
 	} else if (err != NULL)
-		sandboxd_reply_rpc_error(r->req, r->what, err);
+		api_reply_rpc_error(r->req, r->what, err);
 	else
 		reply_data(r->req, json_true());
 	rpc_free(r);
@@ -334,7 +283,7 @@ status_cb(const char *status, int exit_code, const struct error *err,
 	if (err != NULL && err->status == 404)
 		reply_data(r->req, json_string("removed"));
 	else if (err != NULL)
-		sandboxd_reply_rpc_error(r->req, r->what, err);
+		api_reply_rpc_error(r->req, r->what, err);
 	else
 		reply_data(r->req, json_string(status != NULL ? status : "unknown"));
 	rpc_free(r);
@@ -425,7 +374,7 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	if (err != NULL) {
 		e = *err;
 		error_prefix(&e, "the agent of %s", sb->name);
-		sandboxd_reply_rpc_error(r->req, r->what, &e);
+		api_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
 	}
@@ -436,7 +385,7 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	} else {
 		error_set(&e, 502, "the agent of %s answered HTTP %d to "
 		    "/mcp/list_tools", sb->name, status);
-		sandboxd_reply_rpc_error(r->req, r->what, &e);
+		api_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
 	}
@@ -463,7 +412,7 @@ rpc_callable(struct http_request *req, const char *what, json_t *args)
 	if ((sb = rpc_sandbox(req, what, args)) == NULL)
 		return NULL;
 	if (sandbox_check_callable(sb, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return NULL;
 	}
 	return sb;
@@ -480,7 +429,7 @@ rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 		return;
 	r = rpc_new(req, what, args);
 	if (json_get_string(r->args, "tool_type", 0, &r->tool_type, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		rpc_free(r);
 		return;
 	}
@@ -501,7 +450,7 @@ rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 		return;
 	if (json_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
 	    json_get_object(args, "arguments", 0, &arguments, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return;
 	}
 	if (strcmp(tool, "run_shell_command") == 0 ||
@@ -530,7 +479,7 @@ rpc_add_mcp_servers(struct http_request *req, const char *what, json_t *args)
 		return;
 	if (json_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
 	    json_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return;
 	}
 	body = json_pack("{s:O,s:b}", "server_configs", configs, "overwrite",
@@ -548,7 +497,7 @@ rpc_get_session_mapping(struct http_request *req, const char *what,
 	json_t *names;
 
 	if (json_get_string(args, "session_ctx_id", 1, &session, &err) < 0) {
-		sandboxd_reply_rpc_error(req, what, &err);
+		api_reply_rpc_error(req, what, &err);
 		return;
 	}
 	names = sessions_mapping(session);

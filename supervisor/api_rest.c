@@ -63,17 +63,11 @@ route_create(struct http_request *req, void *arg)
 		goto fail;
 	if (session != NULL)
 		creq.session = session;
-	if (from_pool && creq.mount_dir == NULL && creq.storage_path == NULL &&
-	    creq.environment == NULL && (sb = pool_take(creq.type)) != NULL) {
-		if (creq.meta != NULL)
-			json_object_update(sb->meta, creq.meta);
-		sessions_bind(sb, creq.session);
-		http_reply_json(req, 201, sandbox_model(sb));
-		json_decref(args);
-		return;
-	}
-	if (lifecycle_create(&creq, created_cb, req, &err) == NULL)
+	if (pool_take_or_create(&creq, from_pool, &sb, created_cb, req,
+	    &err) < 0)
 		goto fail;
+	if (sb != NULL)
+		http_reply_json(req, 201, sandbox_model(sb));
 	json_decref(args);
 	return;
 fail:
@@ -125,44 +119,32 @@ released_cb(struct sandbox *sb, const struct error *err, void *arg)
 		http_reply_json(req, 200, sandbox_model(sb));
 }
 
-/* /v1/sandboxes/{id}[/agent/{path}] */
+/* /v1/sandboxes/{id}/agent{rest}: to the agent, with sb's own token or
+ * the BEARER_TOKEN. */
 static void
-route_sandbox(struct http_request *req, void *arg)
+sandbox_proxy(struct http_request *req, struct sandbox *sb, const char *id,
+    const char *rest)
 {
-	const char *raw = http_request_raw_target(req);
-	enum http_verb method = http_request_method(req);
-	struct sandbox *sb;
-	char *id, *target;
-	const char *rest;
-	size_t idlen = 0;
+	char *target;
 
-	(void)arg;
-	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
-		raw += 14;
-		idlen = strcspn(raw, "/?");
+	if (!proxy_authorized(req, sb)) {
+		http_reply_error(req, 401, "Authentication required");
+	} else if (sb == NULL) {
+		http_reply_error(req, 404, "no sandbox %s", id);
+	} else {
+		target = *rest == '/' ? xstrdup(rest) : xasprintf("/%s", rest);
+		proxy_forward(req, sb, target);
+		free(target);
 	}
-	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
-		http_reply_error(req, 404, "Not Found");
-		return;
-	}
-	sb = sandbox_find(id);
-	rest = raw + idlen;
-	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
-	    rest[6] == '?' || rest[6] == '\0')) {
-		if (!proxy_authorized(req, sb)) {
-			http_reply_error(req, 401, "Authentication required");
-		} else if (sb == NULL) {
-			http_reply_error(req, 404, "no sandbox %s", id);
-		} else {
-			rest += 6;
-			target = *rest == '/' ? xstrdup(rest) :
-			    xasprintf("/%s", rest);
-			proxy_forward(req, sb, target);
-			free(target);
-		}
-		free(id);
-		return;
-	}
+}
+
+/* GET and DELETE /v1/sandboxes/{id}{rest}: the BEARER_TOKEN only. */
+static void
+sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
+    const char *rest)
+{
+	enum http_verb method = http_request_method(req);
+
 	if (!proxy_authorized(req, NULL)) {
 		http_reply_error(req, 401, "Authentication required");
 	} else if (*rest != '\0' && *rest != '?') {
@@ -177,6 +159,34 @@ route_sandbox(struct http_request *req, void *arg)
 	} else {
 		http_reply_error(req, 405, "Method Not Allowed");
 	}
+}
+
+/* /v1/sandboxes/{id}[/agent/{path}]: one prefix route (its auth is the
+ * handlers' own, a sandbox's token opening only its agent), dispatched
+ * here to the proxy or the record. */
+static void
+route_sandbox(struct http_request *req, void *arg)
+{
+	const char *raw = http_request_raw_target(req);
+	const char *rest;
+	size_t idlen = 0;
+	char *id;
+
+	(void)arg;
+	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
+		raw += 14;
+		idlen = strcspn(raw, "/?");
+	}
+	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
+		http_reply_error(req, 404, "Not Found");
+		return;
+	}
+	rest = raw + idlen;
+	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
+	    rest[6] == '?' || rest[6] == '\0'))
+		sandbox_proxy(req, sandbox_find(id), id, rest + 6);
+	else
+		sandbox_crud(req, sandbox_find(id), id, rest);
 	free(id);
 }
 
@@ -254,8 +264,8 @@ wanted_types(json_t *args, struct config_list *out, struct error *err)
 	    json_get_array(args, "tools", 0, &tools, err) < 0)
 		return -1;
 	json_array_foreach(types, i, v) {
-		if (!json_is_string(v) || types_find(json_string_value(v)) ==
-		    NULL) {
+		if (!json_is_string(v) ||
+		    sandbox_types_find(json_string_value(v)) == NULL) {
 			error_set(err, 400, "sandbox_types: unknown sandbox type "
 			    "%s", json_is_string(v) ? json_string_value(v) : "?");
 			return -1;
@@ -264,7 +274,7 @@ wanted_types(json_t *args, struct config_list *out, struct error *err)
 	}
 	json_array_foreach(tools, i, v) {
 		const struct sandbox_type *t = json_is_string(v) ?
-		    types_for_tool(json_string_value(v)) : NULL;
+		    sandbox_types_for_tool(json_string_value(v)) : NULL;
 
 		if (t == NULL) {
 			error_set(err, 400, "tools: no sandbox type offers %s",
@@ -311,18 +321,18 @@ route_connect(struct http_request *req, void *arg)
 		/* Reuse what the session has; a type named twice once. */
 		if (session_has_type(c->session, types.v[i]))
 			continue;
-		creq.type = types_find(types.v[i]);
+		creq.type = sandbox_types_find(types.v[i]);
 		creq.session = c->session;
-		if ((sb = pool_take(creq.type)) != NULL) {
-			sessions_bind(sb, c->session);
-			json_array_append_new(c->created, json_string(sb->name));
-			continue;
-		}
 		c->pending++;
-		if (lifecycle_create(&creq, connect_created_cb, c, &err) == NULL) {
+		if (pool_take_or_create(&creq, 1, &sb, connect_created_cb, c,
+		    &err) < 0) {
 			c->pending--;
 			c->failed = 1;
 			c->err = err;
+		} else if (sb != NULL) {
+			c->pending--;
+			json_array_append_new(c->created,
+			    json_string(sb->name));
 		}
 	}
 	if (--c->pending == 0)

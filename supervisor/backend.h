@@ -3,7 +3,9 @@
  * start a container from a spec, remove, start, stop, inspect, list ours,
  * and read a container's last log lines. The Docker Engine API is the first
  * backend (backend_docker.c); a daemonless OCI runtime or Kubernetes would
- * be others behind the same operations.
+ * be others behind the same operations. Each operation answers through its
+ * callback after it returned, never before, also when it fails at once
+ * (sandboxd.h's contract).
  */
 #ifndef BACKEND_H
 #define BACKEND_H

@@ -432,27 +432,6 @@ parse_ro_mounts(struct sandboxd_config *c, struct error *err)
 	return 0;
 }
 
-int
-sandboxd_mkdirs(const char *path, size_t from, mode_t mode)
-{
-	char *p = xstrdup(path);
-
-	for (char *s = p + from + 1; *s != '\0'; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-			free(p);
-			return -1;
-		}
-		*s = '/';
-	}
-	free(p);
-	if (mkdir(path, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 /* Make dir (if missing) and replace *dir with its canonical path. */
 static int
 canonical_dir(char **dir, const char *key, mode_t mode, struct error *err)
@@ -618,7 +597,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	config_list_free(&c->pool_types);
 	split_list(c->default_type, &c->pool_types);
 	for (size_t i = 0; i < c->pool_types.n; i++) {
-		if (types_find(c->pool_types.v[i]) == NULL) {
+		if (sandbox_types_find(c->pool_types.v[i]) == NULL) {
 			error_set(err, 400, "DEFAULT_SANDBOX_TYPE: unknown sandbox "
 			    "type '%s'", c->pool_types.v[i]);
 			return -1;
@@ -733,8 +712,8 @@ sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
 	memset(&cfg_target, 0, sizeof cfg_target);
 	if (*help || *version)
 		return 0;
-	types_init(cfg->registry, cfg->image_namespace, cfg->image_tag);
-	if (cfg->types_file != NULL && types_load_file(cfg->types_file,
+	sandbox_types_init(cfg->registry, cfg->image_namespace, cfg->image_tag);
+	if (cfg->types_file != NULL && sandbox_types_load_file(cfg->types_file,
 	    cfg->registry, cfg->image_namespace, cfg->image_tag, err) < 0)
 		return -1;
 	return sandboxd_config_validate(cfg, err);

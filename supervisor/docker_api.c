@@ -1,6 +1,9 @@
 /*
  * Docker Engine API requests. Paths are unversioned so the daemon speaks its
- * own current version; every field we send exists since API 1.25.
+ * own current version; every field we send exists since API 1.25. Every
+ * call answers through its callback from the loop, after it returned, also
+ * one refused at once (a bad id, a request that cannot start), as all of
+ * sandboxd's callbacks do (defer.c).
  */
 #include "docker_api.h"
 
@@ -9,6 +12,7 @@
 #include <sys/queue.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "http.h"
 #include "http_client.h"
@@ -31,6 +35,8 @@ struct call {
 	docker_raw_cb raw_done;
 	void *arg;
 	char *what;		/* "create container x", for messages */
+	struct error err;	/* refused before an answer: why */
+	int launched;		/* counted in inflight */
 };
 
 /* Owned by the backend. Calls beyond max wait in a queue: fifty creates
@@ -97,6 +103,51 @@ call_end(struct call *c)
 	}
 }
 
+static void
+refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct call *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (c->raw)
+		c->raw_done(NULL, 0, &c->err, c->arg);
+	else
+		c->done(NULL, &c->err, c->arg);
+	if (c->launched)
+		call_end(c);
+	else
+		call_free(c);
+}
+
+/* Answer c with c->err from the loop. */
+static void
+refuse(struct call *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	/* It fails only without memory, where xmalloc aborts too. */
+	if (event_base_once(c->docker->base, -1, EV_TIMEOUT, refused_cb, c,
+	    &now) < 0)
+		fatal("docker: cannot defer a callback: out of memory");
+}
+
+/* Refuse a call before it is queued. */
+static void
+refuse_early(struct docker *d, docker_cb done, docker_raw_cb raw_done,
+    void *arg, const struct error *err)
+{
+	struct call *c = xcalloc(1, sizeof *c);
+
+	c->docker = d;
+	c->raw = raw_done != NULL;
+	c->done = done;
+	c->raw_done = raw_done;
+	c->arg = arg;
+	c->err = *err;
+	refuse(c);
+}
+
 /* Docker's own words for a failed call, with the status it implies. */
 static void
 answer_error(struct error *err, int status, json_t *answer, const char *what)
@@ -142,10 +193,10 @@ static void
 launch(struct call *c)
 {
 	struct docker *d = c->docker;
-	struct error err;
 	void *r;
 
 	d->inflight++;
+	c->launched = 1;
 	log_debug("docker: %s %s", c->method, c->target);
 	if (c->raw) {
 		struct http_client_options opts = { 0 };
@@ -157,18 +208,14 @@ launch(struct call *c)
 		opts.timeout = DOCKER_TIMEOUT;
 		opts.max_response = 1024 * 1024;
 		cb.on_done = raw_done_cb;
-		r = http_client_start(d->base, &opts, &cb, c, &err);
+		r = http_client_start(d->base, &opts, &cb, c, &c->err);
 	} else {
 		r = http_client_json(d->base, d->addr, c->method, c->target, NULL,
-		    c->body, DOCKER_TIMEOUT, json_done_cb, c, &err);
+		    c->body, DOCKER_TIMEOUT, json_done_cb, c, &c->err);
 	}
 	if (r == NULL) {
-		error_prefix(&err, "docker: %s", c->what);
-		if (c->raw)
-			c->raw_done(NULL, 0, &err, c->arg);
-		else
-			c->done(NULL, &err, c->arg);
-		call_end(c);
+		error_prefix(&c->err, "docker: %s", c->what);
+		refuse(c);
 	}
 }
 
@@ -217,14 +264,14 @@ safe_segment(const char *s)
 }
 
 static int
-check_id(const char *id, docker_cb done, void *arg)
+check_id(struct docker *d, const char *id, docker_cb done, void *arg)
 {
 	struct error err;
 
 	if (safe_segment(id))
 		return 0;
 	error_set(&err, 400, "docker: '%s' is not a container id or name", id);
-	done(NULL, &err, arg);
+	refuse_early(d, done, NULL, arg, &err);
 	return -1;
 }
 
@@ -234,7 +281,7 @@ docker_container_create(struct docker *d, const char *name, json_t *body,
 {
 	char *target, *what;
 
-	if (check_id(name, done, arg) < 0)
+	if (check_id(d, name, done, arg) < 0)
 		return;
 	target = xasprintf("/containers/create?name=%s", name);
 	what = xasprintf("create container %s", name);
@@ -249,7 +296,7 @@ simple(struct docker *d, const char *method, const char *id,
 {
 	char *target, *what;
 
-	if (check_id(id, done, arg) < 0)
+	if (check_id(d, id, done, arg) < 0)
 		return;
 	target = xasprintf("/containers/%s%s", id, suffix);
 	what = xasprintf("%s container %.12s", verb, id);
@@ -386,7 +433,7 @@ docker_container_logs(struct docker *d, const char *id, int lines,
 
 	if (!safe_segment(id)) {
 		error_set(&err, 400, "docker: '%s' is not a container id", id);
-		done(NULL, 0, &err, arg);
+		refuse_early(d, NULL, done, arg, &err);
 		return;
 	}
 	enqueue(d, "GET", xasprintf("/containers/%s/logs?stdout=1&stderr=1&"

@@ -5,7 +5,8 @@
  * died or whose agent stopped answering is released, and the pool makes a
  * new one; a sandbox in use is marked unhealthy and reported, never swapped
  * behind its user's back. Containers with our label that no record knows
- * are removed.
+ * are removed. A probe answers through its callback after health_probe
+ * returned, also one that cannot start (defer.c).
  */
 #include "sandboxd.h"
 
@@ -32,6 +33,7 @@ struct probe {
 	health_probe_cb done;
 	void *arg;
 	char *auth;
+	struct error err;	/* a probe that could not start */
 };
 
 static struct event *round_ev;
@@ -67,6 +69,20 @@ probe_done_cb(struct http_client_request *r, const struct error *err,
 	free(p);
 }
 
+/* The probe could not start: its error, from the loop (the contract). */
+static void
+probe_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct probe *p = arg;
+
+	(void)fd;
+	(void)what;
+	p->done(p->sb, 0, p->err.msg, p->arg);
+	sandbox_unref(p->sb);
+	free(p->auth);
+	free(p);
+}
+
 void
 health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
     void *arg)
@@ -75,7 +91,6 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 	struct http_client_callbacks cb = { 0 };
 	struct probe *p = xcalloc(1, sizeof *p);
 	const char *headers[2];
-	struct error err;
 
 	p->sb = sb;
 	p->done = done;
@@ -91,12 +106,9 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 	opts.max_response = 4096;
 	cb.on_done = probe_done_cb;
 	sandbox_ref(sb);
-	if (http_client_start(sd.base, &opts, &cb, p, &err) == NULL) {
-		redact_error(&err, sb->agent_addr);
-		done(sb, 0, err.msg, arg);
-		sandbox_unref(sb);
-		free(p->auth);
-		free(p);
+	if (http_client_start(sd.base, &opts, &cb, p, &p->err) == NULL) {
+		redact_error(&p->err, sb->agent_addr);
+		sandboxd_defer(probe_refused_cb, p);
 	}
 }
 

@@ -1,60 +1,29 @@
 /*
- * The life of a sandbox: create (workspace, socket directory, container,
- * then wait until its agent answers /healthz with its token), release
- * (remove the container, keep or delete the workspace, give the port back),
- * start and stop. Each is a chain of callbacks; one operation runs per
- * sandbox at a time, and a release asked for meanwhile runs right after.
- * A create that fails undoes everything it made before it reports.
+ * The life of a sandbox: create (lifecycle_create.c: workspace, socket
+ * directory, container, then wait until its agent answers /healthz with
+ * its token), release (remove the container, keep or delete the workspace,
+ * give the port back), start and stop. Each is a chain of callbacks; one
+ * operation runs per sandbox at a time (struct lifecycle_op, here), and a
+ * release asked for meanwhile runs right after. Their done callbacks run
+ * after lifecycle_* returned, also with an answer at hand (already
+ * released, busy): the contract of every callback in sandboxd (defer.c).
  */
 #include "sandboxd.h"
 
 #include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 
 #include "backend.h"
+#include "lifecycle_internal.h"
 #include "log.h"
 #include "xmalloc.h"
-
-/* Where the agent's socket directory appears inside the container. */
-#define AGENT_SOCK_DIR "/run/sandbox-agent"
-#define AGENT_PORT 8000
-/* How often a starting container is asked whether it died. */
-#define STATUS_CHECK_INTERVAL 0.5
-#define PROBE_TIMEOUT 2.0
-
-enum op_kind {
-	OP_CREATE,
-	OP_RELEASE,
-	OP_START,
-	OP_STOP,
-};
 
 /* Told when a release ends; owned by the sandbox's waiter list. */
 struct sandbox_waiter {
 	struct sandbox_waiter *next;
 	sandbox_done_cb done;
 	void *arg;
-};
-
-/* The operation in progress on a sandbox; holds a reference to it. Freed
- * when the operation ends. */
-struct lifecycle_op {
-	enum op_kind kind;
-	struct sandbox *sb;
-	sandbox_done_cb done;
-	void *arg;
-	struct event *timer;
-	double started;
-	double deadline;
-	double next_status_check;
-	double delay;			/* between probes, grows */
-	int status_checking;
-	enum sandbox_state prev_state;
-	struct error err;
 };
 
 static size_t busy;
@@ -67,8 +36,9 @@ lifecycle_busy(void)
 	return busy;
 }
 
-static struct lifecycle_op *
-op_new(struct sandbox *sb, enum op_kind kind, sandbox_done_cb done, void *arg)
+struct lifecycle_op *
+lifecycle_op_new(struct sandbox *sb, enum lifecycle_op_kind kind,
+    sandbox_done_cb done, void *arg)
 {
 	struct lifecycle_op *op = xcalloc(1, sizeof *op);
 
@@ -86,8 +56,8 @@ op_new(struct sandbox *sb, enum op_kind kind, sandbox_done_cb done, void *arg)
 }
 
 /* End op; then run a release that was asked for meanwhile. */
-static void
-op_end(struct lifecycle_op *op)
+void
+lifecycle_op_end(struct lifecycle_op *op)
 {
 	struct sandbox *sb = op->sb;
 
@@ -115,8 +85,8 @@ add_waiter(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	*p = w;
 }
 
-static void
-notify_waiters(struct sandbox *sb, const struct error *err)
+void
+lifecycle_notify_waiters(struct sandbox *sb, const struct error *err)
 {
 	struct sandbox_waiter *w;
 
@@ -128,554 +98,44 @@ notify_waiters(struct sandbox *sb, const struct error *err)
 	}
 }
 
-/* Creating. */
+/* An answer at hand (already released, busy), given from the loop: done
+ * never runs before its lifecycle_* call returned. Holds a reference to
+ * sb until then. */
+struct early_answer {
+	struct sandbox *sb;
+	sandbox_done_cb done;
+	void *arg;
+	struct error err;
+	int failed;			/* err is set */
+};
 
 static void
-append(const char ***v, size_t *n, const char *s)
+early_answer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	*v = xreallocarray(*v, *n + 2, sizeof **v);
-	(*v)[(*n)++] = s;
-	(*v)[*n] = NULL;
-}
-
-static void create_failed(struct lifecycle_op *op, const struct error *err);
-static void probe_next(struct lifecycle_op *op);
-
-static void
-create_succeeded(struct lifecycle_op *op)
-{
-	struct sandbox *sb = op->sb;
-	double took = sandboxd_now() - op->started;
-
-	sandbox_set_state(sb, sb->for_pool ? SB_WARM : SB_RUNNING);
-	/* A session's clock starts when its sandbox is ready to use. */
-	sessions_touch_sandbox(sb);
-	metrics_count(M_CREATES, sb->type_name);
-	metrics_create_seconds(sb->type_name, took);
-	log_info("sandbox %s (%s) ready in %.0f ms%s", sb->name, sb->type_name,
-	    took * 1e3, sb->for_pool ? " for the pool" : "");
-	if (op->done != NULL)
-		op->done(sb, NULL, op->arg);
-	op_end(op);
-}
-
-static void
-probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
-{
-	struct lifecycle_op *op = arg;
-
-	(void)sb;
-	(void)why;
-	if (ok) {
-		if (op->kind == OP_CREATE) {
-			create_succeeded(op);
-		} else {
-			/* A start of a warm one (already running) leaves it
-			 * in its pool. */
-			sandbox_set_state(op->sb, op->prev_state == SB_WARM ?
-			    SB_WARM : SB_RUNNING);
-			op->done(op->sb, NULL, op->arg);
-			op_end(op);
-		}
-		return;
-	}
-	probe_next(op);
-}
-
-static void
-fail_op(struct lifecycle_op *op, const struct error *err)
-{
-	if (op->kind == OP_CREATE) {
-		create_failed(op, err);
-		return;
-	}
-	sandbox_set_error(op->sb, "%s", err->msg);
-	sandbox_set_state(op->sb, SB_UNHEALTHY);
-	op->done(op->sb, err, op->arg);
-	op_end(op);
-}
-
-static void
-logs_cb(const char *text, const struct error *err, void *arg)
-{
-	struct lifecycle_op *op = arg;
-	struct error e = op->err;
-	const char *tail;
-
-	if (err == NULL && text != NULL && *text != '\0') {
-		size_t n = strlen(text);
-
-		while (n > 0 && text[n - 1] == '\n')
-			n--;
-		tail = text;
-		/* The last line says most; keep the message short. */
-		for (size_t i = 0; i + 1 < n; i++) {
-			if (text[i] == '\n')
-				tail = text + i + 1;
-		}
-		error_set(&e, op->err.status, "%s; its last output: %.*s",
-		    op->err.msg, (int)(n - (size_t)(tail - text)), tail);
-	}
-	fail_op(op, &e);
-}
-
-static void
-status_cb(const char *status, int exit_code, const struct error *err,
-    void *arg)
-{
-	struct lifecycle_op *op = arg;
-	struct sandbox *sb = op->sb;
-
-	op->status_checking = 0;
-	if (err == NULL && status != NULL && strcmp(status, "running") != 0 &&
-	    strcmp(status, "created") != 0) {
-		error_set(&op->err, 502, "sandbox %s: the container is %s (exit "
-		    "code %d) before its agent answered", sb->name, status,
-		    exit_code);
-		sd.backend->ops->logs(sd.backend, sb->container_id, 5, logs_cb,
-		    op);
-		return;
-	}
-	probe_next(op);
-}
-
-static void
-probe_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct lifecycle_op *op = arg;
-	struct sandbox *sb = op->sb;
-	double now = sandboxd_now();
+	struct early_answer *a = arg;
 
 	(void)fd;
 	(void)what;
-	if (sb->release_requested && op->kind == OP_CREATE) {
-		struct error err;
-
-		error_set(&err, 409, "sandbox %s was released while starting",
-		    sb->name);
-		fail_op(op, &err);
-		return;
-	}
-	if (now > op->deadline) {
-		struct error err;
-
-		error_set(&err, 504, "sandbox %s: its agent did not answer within "
-		    "%.0f s", sb->name, sd.cfg.create_timeout);
-		fail_op(op, &err);
-		return;
-	}
-	if (now >= op->next_status_check && sb->container_id != NULL) {
-		op->next_status_check = now + STATUS_CHECK_INTERVAL;
-		op->status_checking = 1;
-		sd.backend->ops->status(sd.backend, sb->container_id, status_cb,
-		    op);
-		return;
-	}
-	health_probe(sb, PROBE_TIMEOUT, probed_cb, op);
-}
-
-/* Ask the agent again shortly: quickly at first (a container starts in
- * tens of milliseconds), then less often. */
-static void
-probe_next(struct lifecycle_op *op)
-{
-	struct timeval tv;
-
-	tv.tv_sec = (time_t)op->delay;
-	tv.tv_usec = (suseconds_t)((op->delay - (double)tv.tv_sec) * 1e6);
-	if (op->timer == NULL)
-		op->timer = evtimer_new(sd.base, probe_timer_cb, op);
-	evtimer_add(op->timer, &tv);
-	op->delay *= 1.5;
-	if (op->delay > 0.1)
-		op->delay = 0.1;
+	a->done(a->sb, a->failed ? &a->err : NULL, a->arg);
+	sandbox_unref(a->sb);
+	free(a);
 }
 
 static void
-wait_healthy(struct lifecycle_op *op)
+answer_later(struct sandbox *sb, sandbox_done_cb done, void *arg,
+    const struct error *err)
 {
-	op->deadline = sandboxd_now() + sd.cfg.create_timeout;
-	op->next_status_check = sandboxd_now() + STATUS_CHECK_INTERVAL;
-	op->delay = 0.005;
-	health_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
-}
+	struct early_answer *a = xcalloc(1, sizeof *a);
 
-static void
-created_cb(const char *id, const struct error *err, void *arg)
-{
-	struct lifecycle_op *op = arg;
-	struct sandbox *sb = op->sb;
-
-	if (id != NULL && sb->container_id == NULL) {
-		sb->container_id = xstrdup(id);
-		state_dirty();
-	}
+	a->sb = sb;
+	a->done = done;
+	a->arg = arg;
 	if (err != NULL) {
-		struct error e = *err;
-
-		/* A missing image is the operator's to fix, not the
-		 * client's: 500, with how to fix it. */
-		if (err->status == 404 && strstr(err->msg, "image") != NULL) {
-			error_prefix(&e, "sandbox type %s needs image %s (build it "
-			    "with tools/build-image %s)", sb->type_name, sb->image,
-			    sb->type_name);
-			e.status = 500;
-		}
-		create_failed(op, &e);
-		return;
+		a->err = *err;
+		a->failed = 1;
 	}
-	wait_healthy(op);
-}
-
-static json_t *
-labels(const struct sandbox *sb)
-{
-	return json_pack("{s:s,s:s,s:s,s:s,s:s}",
-	    "io.agentscope.sandboxd", "1",
-	    "io.agentscope.sandboxd.instance", state_instance(),
-	    "io.agentscope.sandboxd.id", sb->id,
-	    "io.agentscope.sandboxd.type", sb->type_name,
-	    "io.agentscope.sandboxd.session", sb->session ? sb->session : "");
-}
-
-/* The type's cap_add, and with run_as what the agent (root) needs to
- * serve a user: switch to it (SETUID, SETGID), signal its commands
- * (KILL), and write in its workspace and hand files over (DAC_OVERRIDE,
- * FOWNER, CHOWN). Commands lose them all when the agent drops to the
- * user. */
-static void
-run_as_caps(const struct sandbox_type *t, struct config_list *caps)
-{
-	static const char *const needed[] = {
-		"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID",
-	};
-
-	for (size_t i = 0; i < t->cap_add.n; i++)
-		config_list_add(caps, t->cap_add.v[i]);
-	for (size_t i = 0; t->run_as != NULL &&
-	    i < sizeof needed / sizeof needed[0]; i++) {
-		size_t j = 0;
-
-		while (j < caps->n && strcasecmp(caps->v[j], needed[i]) != 0 &&
-		    !(strncasecmp(caps->v[j], "CAP_", 4) == 0 &&
-		    strcasecmp(caps->v[j] + 4, needed[i]) == 0))
-			j++;
-		if (j == caps->n)
-			config_list_add(caps, needed[i]);
-	}
-}
-
-static void
-start_container(struct lifecycle_op *op)
-{
-	struct sandbox *sb = op->sb;
-	const struct sandbox_type *t = sb->type;
-	struct backend_spec spec = { 0 };
-	const char **cmd = NULL, **env = NULL, **binds = NULL;
-	size_t ncmd = 0, nenv = 0, nbinds = 0;
-	struct config_list own = { 0 }, caps = { 0 };
-	const char *k;
-	json_t *v;
-
-	run_as_caps(t, &caps);
-	append(&cmd, &ncmd, "--listen");
-	append(&cmd, &ncmd, "unix:" AGENT_SOCK_DIR "/agent.sock");
-	if (sb->port > 0) {
-		append(&cmd, &ncmd, "--listen");
-		append(&cmd, &ncmd, "0.0.0.0:8000");
-	}
-	if (t->tools != NULL) {
-		append(&cmd, &ncmd, "--tools");
-		append(&cmd, &ncmd, t->tools);
-	}
-	if (t->mcp_config != NULL) {
-		append(&cmd, &ncmd, "--mcp-config");
-		append(&cmd, &ncmd, t->mcp_config);
-	}
-	for (size_t i = 0; i < t->agent_args.n; i++)
-		append(&cmd, &ncmd, t->agent_args.v[i]);
-
-	/* Strings made here live in own until the spec is handed over. */
-	config_list_add(&own, "");
-	free(own.v[0]);
-	own.v[0] = xasprintf("SECRET_TOKEN=%s", sb->token);
-	/* The type's run_as alone says who commands run as: the
-	 * capabilities and the workspace's owner follow from it. */
-	{
-		char *e = xasprintf("AGENT_RUN_AS=%s", t->run_as != NULL ?
-		    t->run_as : "");
-
-		config_list_add(&own, e);
-		free(e);
-	}
-	json_object_foreach(t->environment, k, v) {
-		if (strcmp(k, "AGENT_RUN_AS") != 0 && (sb->environment == NULL ||
-		    json_object_get(sb->environment, k) == NULL)) {
-			char *e = xasprintf("%s=%s", k, json_string_value(v));
-
-			config_list_add(&own, e);
-			free(e);
-		}
-	}
-	if (sb->environment != NULL) {
-		json_object_foreach(sb->environment, k, v) {
-			char *e = xasprintf("%s=%s", k, json_string_value(v));
-
-			config_list_add(&own, e);
-			free(e);
-		}
-	}
-	for (size_t i = 0; i < own.n; i++)
-		append(&env, &nenv, own.v[i]);
-	{
-		char *ws = xasprintf("%s:/workspace:rw", sb->mount_dir);
-		char *sock = xasprintf("%s:" AGENT_SOCK_DIR ":rw", sb->sock_dir);
-
-		config_list_add(&own, ws);
-		config_list_add(&own, sock);
-		append(&binds, &nbinds, own.v[own.n - 2]);
-		append(&binds, &nbinds, own.v[own.n - 1]);
-		free(ws);
-		free(sock);
-	}
-	for (size_t i = 0; i < sd.cfg.nro_mounts; i++) {
-		char *m = xasprintf("%s:%s:ro", sd.cfg.ro_mounts[i].host,
-		    sd.cfg.ro_mounts[i].container);
-
-		config_list_add(&own, m);
-		append(&binds, &nbinds, own.v[own.n - 1]);
-		free(m);
-	}
-
-	spec.name = sb->name;
-	spec.image = sb->image;
-	spec.cmd = cmd;
-	spec.env = env;
-	spec.labels = labels(sb);
-	spec.binds = binds;
-	spec.memory = t->memory;
-	spec.nano_cpus = t->nano_cpus;
-	spec.pids = t->pids;
-	spec.network = t->network;
-	spec.cap_add = &caps;
-	spec.entrypoint = &t->entrypoint;
-	spec.host_port = sb->port;
-	spec.container_port = AGENT_PORT;
-	sd.backend->ops->create(sd.backend, &spec, created_cb, op);
-	json_decref(spec.labels);
-	free(cmd);
-	free(env);
-	free(binds);
-	/* The token was in there. */
-	explicit_bzero(own.v[0], strlen(own.v[0]));
-	config_list_free(&own);
-	config_list_free(&caps);
-}
-
-static void
-restored_cb(const struct error *err, void *arg)
-{
-	struct lifecycle_op *op = arg;
-
-	if (err != NULL) {
-		create_failed(op, err);
-		return;
-	}
-	start_container(op);
-}
-
-/* Undo a failed create, step by step, then report. */
-static void
-undo_finish(struct lifecycle_op *op)
-{
-	struct sandbox *sb = op->sb;
-	struct error err = op->err;
-
-	metrics_count(M_CREATE_FAILURES, sb->type_name);
-	log_warn("sandbox %s (%s) not created: %s", sb->name, sb->type_name,
-	    err.msg);
-	if (sb->port > 0)
-		ports_release(sd.ports, sb->port);
-	sb->port = 0;
-	sb->state = SB_RELEASED;
-	/* Whoever asked for a release meanwhile got what they wanted. */
-	sb->release_requested = 0;
-	notify_waiters(sb, NULL);
-	if (op->done != NULL)
-		op->done(sb, &err, op->arg);
-	sandbox_forget(sb);
-	op_end(op);
-	pool_refill();
-}
-
-static void
-undo_workspace_cb(const struct error *err, void *arg)
-{
-	struct lifecycle_op *op = arg;
-
-	if (err != NULL)
-		log_warn("%s", err->msg);
-	undo_finish(op);
-}
-
-static void
-undo_container_cb(const struct error *err, void *arg)
-{
-	struct lifecycle_op *op = arg;
-	struct sandbox *sb = op->sb;
-
-	if (err != NULL)
-		log_error("cannot remove the container of failed sandbox %s: %s",
-		    sb->name, err->msg);
-	if (sb->sock_dir != NULL)
-		workspace_remove_sock_dir(sb->sock_dir);
-	if (sb->owns_mount && sb->mount_dir != NULL)
-		workspace_remove(sb->mount_dir, undo_workspace_cb, op);
-	else
-		undo_finish(op);
-}
-
-static void
-create_failed(struct lifecycle_op *op, const struct error *err)
-{
-	struct sandbox *sb = op->sb;
-
-	op->err = *err;
-	if (op->timer != NULL)
-		evtimer_del(op->timer);
-	sb->state = SB_RELEASING;
-	/* Also when Docker failed to answer the create: it may still have
-	 * made the container, which has our name. */
-	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, undo_container_cb, op);
-}
-
-/* Environment values: strings (numbers and booleans are written out);
- * names without '='; the token is ours. */
-static int
-check_environment(json_t *env, struct error *err)
-{
-	const char *k;
-	json_t *v;
-
-	if (env == NULL)
-		return 0;
-	if (!json_is_object(env)) {
-		error_set(err, 400, "environment must be an object of strings");
-		return -1;
-	}
-	json_object_foreach(env, k, v) {
-		if (*k == '\0' || strchr(k, '=') != NULL ||
-		    strcmp(k, "SECRET_TOKEN") == 0 ||
-		    strcmp(k, "AGENT_RUN_AS") == 0) {
-			error_set(err, 400, "environment: '%s' is not a variable "
-			    "a caller may set", k);
-			return -1;
-		}
-		if (!json_is_string(v) && !json_is_number(v) &&
-		    !json_is_boolean(v)) {
-			error_set(err, 400, "environment: %s must be a string", k);
-			return -1;
-		}
-	}
-	return 0;
-}
-
-static json_t *
-environment_strings(json_t *env)
-{
-	json_t *out = json_object(), *v;
-	const char *k;
-
-	json_object_foreach(env, k, v) {
-		if (json_is_string(v)) {
-			json_object_set(out, k, v);
-		} else {
-			char *s = json_dumps(v, JSON_ENCODE_ANY);
-
-			json_object_set_new(out, k, json_string(s));
-			free(s);
-		}
-	}
-	return out;
-}
-
-struct sandbox *
-lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
-    void *arg, struct error *err)
-{
-	char *mount = NULL, *storage = NULL, *restore = NULL;
-	struct lifecycle_op *op;
-	struct sandbox *sb;
-	int port = 0;
-
-	if (sd.cfg.max_instances > 0 &&
-	    sandbox_count_live() >= (size_t)sd.cfg.max_instances) {
-		error_set(err, 503, "the instance limit is reached: %zu live "
-		    "sandboxes (MAX_SANDBOX_INSTANCES=%ld)", sandbox_count_live(),
-		    sd.cfg.max_instances);
-		return NULL;
-	}
-	if (check_environment(creq->environment, err) < 0)
-		return NULL;
-	if (creq->mount_dir != NULL &&
-	    workspace_check_mount(creq->mount_dir, &mount, err) < 0)
-		return NULL;
-	if (creq->storage_path != NULL &&
-	    workspace_storage_path(creq->storage_path, &storage, err) < 0) {
-		free(mount);
-		return NULL;
-	}
-	if (strcmp(creq->type->network, "bridge") == 0 &&
-	    (port = ports_alloc(sd.ports, err)) < 0) {
-		free(mount);
-		free(storage);
-		return NULL;
-	}
-
-	sb = sandbox_new(creq->type);
-	sb->port = port;
-	sb->for_pool = creq->for_pool;
-	if (creq->environment != NULL)
-		sb->environment = environment_strings(creq->environment);
-	if (creq->meta != NULL)
-		json_object_update(sb->meta, creq->meta);
-	if (creq->session != NULL)
-		sessions_bind(sb, creq->session);
-	if (mount != NULL) {
-		sb->mount_dir = mount;
-	} else {
-		sb->mount_dir = workspace_make(sb->id, creq->type->run_as, err);
-		sb->owns_mount = 1;
-	}
-	if (storage == NULL && sd.cfg.storage_folder != NULL)
-		storage = xasprintf("%s/%s", sd.cfg.storage_folder, sb->id);
-	sb->storage_path = storage;
-	if (sb->mount_dir != NULL)
-		sb->sock_dir = workspace_make_sock_dir(sb->id, err);
-	if (sb->mount_dir == NULL || sb->sock_dir == NULL) {
-		if (sb->port > 0)
-			ports_release(sd.ports, sb->port);
-		if (sb->owns_mount && sb->mount_dir != NULL)
-			rmdir(sb->mount_dir);
-		sandbox_forget(sb);
-		return NULL;
-	}
-	sb->agent_addr = xasprintf("unix:%s/agent.sock", sb->sock_dir);
-	state_dirty();
-
-	op = op_new(sb, OP_CREATE, done, arg);
-	if (storage != NULL && creq->storage_path != NULL &&
-	    workspace_is_dir(storage))
-		restore = storage;
-	if (restore != NULL) {
-		log_info("sandbox %s: restoring the workspace from %s", sb->name,
-		    restore);
-		workspace_copy(restore, sb->mount_dir, restored_cb, op);
-	} else {
-		start_container(op);
-	}
-	return sb;
+	sandbox_ref(sb);
+	sandboxd_defer(early_answer_cb, a);
 }
 
 /* Releasing. */
@@ -689,8 +149,8 @@ released(struct lifecycle_op *op)
 	sandbox_set_state(sb, SB_RELEASED);
 	metrics_count(M_RELEASES, sb->type_name);
 	log_info("sandbox %s released", sb->name);
-	notify_waiters(sb, NULL);
-	op_end(op);
+	lifecycle_notify_waiters(sb, NULL);
+	lifecycle_op_end(op);
 	if (was_pooled)
 		pool_refill();
 }
@@ -719,8 +179,8 @@ removed_cb(const struct error *err, void *arg)
 		error_prefix(&e, "cannot release %s", sb->name);
 		sb->state = op->prev_state;
 		sandbox_set_error(sb, "%s", e.msg);
-		notify_waiters(sb, &e);
-		op_end(op);
+		lifecycle_notify_waiters(sb, &e);
+		lifecycle_op_end(op);
 		return;
 	}
 	if (sb->port > 0)
@@ -743,7 +203,7 @@ removed_cb(const struct error *err, void *arg)
 static void
 begin_release(struct sandbox *sb)
 {
-	struct lifecycle_op *op = op_new(sb, OP_RELEASE, NULL, NULL);
+	struct lifecycle_op *op = lifecycle_op_new(sb, OP_RELEASE, NULL, NULL);
 
 	sandbox_set_state(sb, SB_RELEASING);
 	desktop_relay_close_sandbox(sb);
@@ -756,7 +216,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	if (sb->state == SB_RELEASED) {
 		if (done != NULL)
-			done(sb, NULL, arg);
+			answer_later(sb, done, arg, NULL);
 		return;
 	}
 	add_waiter(sb, done, arg);
@@ -783,7 +243,7 @@ busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	else
 		error_set(&err, 409, "sandbox %s is busy (%s)", sb->name,
 		    sandbox_state_name(sb->state));
-	done(sb, &err, arg);
+	answer_later(sb, done, arg, &err);
 	return -1;
 }
 
@@ -793,10 +253,10 @@ backend_started_cb(const struct error *err, void *arg)
 	struct lifecycle_op *op = arg;
 
 	if (err != NULL) {
-		fail_op(op, err);
+		lifecycle_fail_op(op, err);
 		return;
 	}
-	wait_healthy(op);
+	lifecycle_wait_healthy(op);
 }
 
 void
@@ -806,7 +266,7 @@ lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg)
 
 	if (busy_error(sb, done, arg) < 0)
 		return;
-	op = op_new(sb, OP_START, done, arg);
+	op = lifecycle_op_new(sb, OP_START, done, arg);
 	sd.backend->ops->start(sd.backend, sb->container_id != NULL ?
 	    sb->container_id : sb->name, backend_started_cb, op);
 }
@@ -819,7 +279,7 @@ backend_stopped_cb(const struct error *err, void *arg)
 	if (err == NULL)
 		sandbox_set_state(op->sb, SB_STOPPED);
 	op->done(op->sb, err, op->arg);
-	op_end(op);
+	lifecycle_op_end(op);
 }
 
 void
@@ -829,7 +289,7 @@ lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg)
 
 	if (busy_error(sb, done, arg) < 0)
 		return;
-	op = op_new(sb, OP_STOP, done, arg);
+	op = lifecycle_op_new(sb, OP_STOP, done, arg);
 	sd.backend->ops->stop(sd.backend, sb->container_id != NULL ?
 	    sb->container_id : sb->name, 2, backend_stopped_cb, op);
 }

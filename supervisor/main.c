@@ -289,7 +289,7 @@ teardown(void)
 	sd.backend->ops->free(sd.backend);
 	ports_free(sd.ports);
 	metrics_free();
-	types_free();
+	sandbox_types_free();
 	sandboxd_config_free(&sd.cfg);
 	event_base_free(sd.base);
 }
@@ -304,7 +304,7 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	rc = setup(argc, argv);
 	if (rc >= 0) {
-		types_free();
+		sandbox_types_free();
 		sandboxd_config_free(&sd.cfg);
 		return rc;
 	}

@@ -102,8 +102,8 @@ metrics_route(struct http_request *req, void *arg)
 
 	(void)arg;
 	/* Every type gets a line even at zero, so graphs start at zero. */
-	for (size_t i = 0; i < types_count(); i++)
-		get(types_at(i)->name);
+	for (size_t i = 0; i < sandbox_types_count(); i++)
+		get(sandbox_types_at(i)->name);
 	head(b, "sandboxd_info", "gauge", "Version of this sandboxd.");
 	evbuffer_add_printf(b, "sandboxd_info{version=\"%s\",backend=\"%s\"} 1\n",
 	    VERSION, sd.backend->ops->name);

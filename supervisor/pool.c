@@ -3,7 +3,9 @@
  * A take hands out the oldest warm one at once and the pool refills in the
  * background, a few creates at a time (SANDBOXD_POOL_PARALLEL) so a burst
  * does not swamp the machine. A pool whose creates fail backs off before it
- * tries again, so a missing image does not become a busy loop.
+ * tries again, so a missing image does not become a busy loop. Every API
+ * that hands out a sandbox goes through pool_take_or_create: from the pool
+ * when it can, else a new one.
  */
 #include "sandboxd.h"
 
@@ -152,8 +154,9 @@ pool_refill(void)
 		schedule(0);
 }
 
-struct sandbox *
-pool_take(const struct sandbox_type *type)
+/* A warm sandbox of this type, now RUNNING, or NULL. */
+static struct sandbox *
+take(const struct sandbox_type *type)
 {
 	struct sandbox *sb;
 
@@ -177,13 +180,33 @@ pool_take(const struct sandbox_type *type)
 	return sb;
 }
 
+int
+pool_take_or_create(const struct create_request *creq, int from_pool,
+    struct sandbox **taken, sandbox_done_cb done, void *arg,
+    struct error *err)
+{
+	struct sandbox *sb;
+
+	*taken = NULL;
+	if (from_pool && creq->mount_dir == NULL &&
+	    creq->storage_path == NULL && creq->environment == NULL &&
+	    (sb = take(creq->type)) != NULL) {
+		if (creq->meta != NULL)
+			json_object_update(sb->meta, creq->meta);
+		sessions_bind(sb, creq->session);
+		*taken = sb;
+		return 0;
+	}
+	return lifecycle_create(creq, done, arg, err) == NULL ? -1 : 0;
+}
+
 void
 pool_init(void)
 {
 	npools = sd.cfg.pool_types.n;
 	pools = xcalloc(npools, sizeof *pools);
 	for (size_t i = 0; i < npools; i++)
-		pools[i].type = types_find(sd.cfg.pool_types.v[i]);
+		pools[i].type = sandbox_types_find(sd.cfg.pool_types.v[i]);
 	refill_ev = evtimer_new(sd.base, refill_cb, NULL);
 }
 

@@ -1,15 +1,21 @@
 /*
  * sandboxd: the host supervisor. One libevent loop creates, pools, watches
  * and fronts sandboxes; every step that waits on Docker, an agent or a client
- * is a callback, never a blocking call.
+ * is a callback, never a blocking call. A function that takes a completion
+ * callback never calls it before it returns, even with an answer it has at
+ * once (defer.c); one that can fail at once instead returns the error and
+ * then never calls back (lifecycle_create, pool_take_or_create).
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
- * types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), lifecycle.c (create / release / start / stop), workspace.c
- * (workspace directories, keep and restore), state.c (state file), adopt.c
- * (re-adoption at start), pool.c (warm pools), sessions.c, health.c,
+ * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
+ * (records), lifecycle.c (operations: release / start / stop),
+ * lifecycle_create.c (create and the wait for an agent), workspace.c
+ * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
+ * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
+ * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
+ * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
  */
 #ifndef SANDBOXD_H
@@ -20,6 +26,7 @@
 #include <stdio.h>
 #include <sys/queue.h>
 
+#include <event2/util.h>
 #include <jansson.h>
 
 #include "config.h"
@@ -110,9 +117,9 @@ void sandboxd_config_free(struct sandboxd_config *cfg);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
-/* types.c: the sandbox type registry. */
+/* sandbox_types.c: the sandbox type registry. */
 
-/* Owned by the registry; lives until types_free. */
+/* Owned by the registry; lives until sandbox_types_free. */
 struct sandbox_type {
 	char *name;
 	char *image;			/* full image reference */
@@ -137,23 +144,24 @@ struct sandbox_type {
 
 /* Register the built-in types with images named from registry, namespace
  * and tag (NULL: defaults). */
-void types_init(const char *registry, const char *image_namespace,
+void sandbox_types_init(const char *registry, const char *image_namespace,
     const char *tag);
 /* Add or override types from a JSON file {"types": {name: {...}}}. */
-int types_load_file(const char *path, const char *registry,
+int sandbox_types_load_file(const char *path, const char *registry,
     const char *image_namespace, const char *tag, struct error *err);
-int types_load_json(json_t *root, const char *source, const char *registry,
-    const char *image_namespace, const char *tag, struct error *err);
+int sandbox_types_load_json(json_t *root, const char *source,
+    const char *registry, const char *image_namespace, const char *tag,
+    struct error *err);
 /* By name; "<name>_async", as the SDK's async classes say, is <name>. */
-const struct sandbox_type *types_find(const char *name);
+const struct sandbox_type *sandbox_types_find(const char *name);
 /* The type offering tool_name, or NULL. */
-const struct sandbox_type *types_for_tool(const char *tool_name);
-size_t types_count(void);
-const struct sandbox_type *types_at(size_t i);
+const struct sandbox_type *sandbox_types_for_tool(const char *tool_name);
+size_t sandbox_types_count(void);
+const struct sandbox_type *sandbox_types_at(size_t i);
 /* "<registry>/<namespace>/runtime-sandbox-<type>:<tag>". Caller frees. */
-char *types_image_name(const char *registry, const char *image_namespace,
-    const char *tag, const char *type);
-void types_free(void);
+char *sandbox_types_image_name(const char *registry,
+    const char *image_namespace, const char *tag, const char *type);
+void sandbox_types_free(void);
 
 /* ports.c: host ports from PORT_RANGE, never handed out twice. */
 struct ports *ports_new(int lo, int hi);
@@ -253,7 +261,7 @@ json_t *sandbox_model(const struct sandbox *sb);
 char *sandbox_url(const struct sandbox *sb);
 void sandbox_free_all(void);
 
-/* lifecycle.c */
+/* lifecycle.c, lifecycle_create.c */
 
 typedef void (*sandbox_done_cb)(struct sandbox *sb, const struct error *err,
     void *arg);
@@ -274,14 +282,15 @@ struct create_request {
 struct sandbox *lifecycle_create(const struct create_request *creq,
     sandbox_done_cb done, void *arg, struct error *err);
 /* Remove the container, keep or delete the workspace, free the port:
- * done(sb, NULL) with sb RELEASED. Already released: done at once. */
+ * done(sb, NULL) with sb RELEASED. Already released: done on the loop's
+ * next turn. As every callback here, done never runs before the return. */
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
 /* Operations in flight (for shutdown). */
 size_t lifecycle_busy(void);
 
-/* config.c: mkdir -p path, its components after the first `from` bytes
+/* mkdirs.c: mkdir -p path, its components after the first `from` bytes
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
 
@@ -335,8 +344,15 @@ void adopt_stop(void);
 
 /* pool.c */
 void pool_init(void);
-/* A warm sandbox of this type, now RUNNING, or NULL. */
-struct sandbox *pool_take(const struct sandbox_type *type);
+/* A sandbox for creq: a warm one of its type when from_pool and creq asks
+ * for nothing a warm one lacks (a mount_dir, storage_path or environment
+ * of its own), else a new one (lifecycle_create). Taken from the pool:
+ * *taken is it, RUNNING with creq's meta and session, and done is never
+ * called. Being created: *taken is NULL and done runs later. -1 with err
+ * (400, 503) when the create cannot start. */
+int pool_take_or_create(const struct create_request *creq, int from_pool,
+    struct sandbox **taken, sandbox_done_cb done, void *arg,
+    struct error *err);
 /* Bring every pool back to POOL_SIZE (in the background). */
 void pool_refill(void);
 int pool_is_pooled(const char *type_name);
@@ -367,7 +383,7 @@ void sessions_free(void);
 
 /* health.c */
 void health_init(void);
-/* Probe the agent of sb once: done(ok). */
+/* Probe the agent of sb once: done(ok), after the return. */
 typedef void (*health_probe_cb)(struct sandbox *sb, int ok, const char *why,
     void *arg);
 void health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
@@ -377,7 +393,8 @@ void health_stop(void);
 /* agent_client.c: calls from sandboxd to an agent. */
 typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
     const struct error *err, void *arg);
-/* A JSON call to the agent of sb, with its token. */
+/* A JSON call to the agent of sb, with its token; done runs after the
+ * return, whatever comes. */
 void agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
@@ -407,6 +424,16 @@ void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
 
+/* api.c: what the routes share. */
+/* A create's arguments (type under type_key, mount_dir, storage_path,
+ * environment, meta and its session_ctx_id) into creq, which borrows
+ * from args. -1 with err (400). */
+int api_parse_create(json_t *args, struct create_request *creq,
+    const char *type_key, struct error *err);
+/* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
+void api_reply_rpc_error(struct http_request *req, const char *what,
+    const struct error *err);
+
 /* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
 const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
@@ -421,9 +448,6 @@ void desktop_relay_start(struct http_request *req, struct sandbox *sb,
 void desktop_relay_close_sandbox(struct sandbox *sb);
 void desktop_relay_close_all(void);
 size_t desktop_relay_count(void);
-/* Shared helpers of the two APIs. */
-int api_parse_create(json_t *args, struct create_request *creq,
-    const char *type_key, struct error *err);
 
 /* metrics.c */
 enum metric_counter {
@@ -467,8 +491,10 @@ extern struct sandboxd sd;
 
 /* Seconds since the epoch, with fractions. */
 double sandboxd_now(void);
-/* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
-void sandboxd_reply_rpc_error(struct http_request *req, const char *what,
-    const struct error *err);
+
+/* defer.c: cb(-1, EV_TIMEOUT, arg) from the loop on its next turn, how a
+ * completion callback whose answer is ready at once still runs after
+ * its caller returned (the contract of every callback here). */
+void sandboxd_defer(void (*cb)(evutil_socket_t, short, void *), void *arg);
 
 #endif

@@ -4,6 +4,9 @@
  * directory the agent listens in, and keeping / restoring workspaces under
  * STORAGE_FOLDER. Copies and recursive removals may take long, so they run
  * as child processes (cp, rm) on the loop; the rest are single syscalls.
+ * workspace_copy, _keep and _remove answer through their callback after
+ * they returned, also when they end at once (a rename, a refusal): the
+ * contract of every callback in sandboxd (defer.c).
  */
 #include "sandboxd.h"
 
@@ -31,6 +34,8 @@ struct fs_job {
 	void *arg;
 	char *what;
 	struct config_list then_remove;	/* afterwards, remove these */
+	struct error err;
+	int failed;			/* err is set */
 };
 
 int
@@ -249,12 +254,28 @@ workspace_remove_sock_dir(const char *dir)
 static void job_run(struct fs_job *job, const char *const *argv);
 
 static void
-job_finish(struct fs_job *job, const struct error *err)
+job_finished_cb(evutil_socket_t fd, short what, void *arg)
 {
-	job->done(err, job->arg);
+	struct fs_job *job = arg;
+
+	(void)fd;
+	(void)what;
+	job->done(job->failed ? &job->err : NULL, job->arg);
 	free(job->what);
 	config_list_free(&job->then_remove);
 	free(job);
+}
+
+/* Report from the loop: a job may end before workspace_* returns (a
+ * rename, a refusal), and its caller's callback never runs that early. */
+static void
+job_finish(struct fs_job *job, const struct error *err)
+{
+	if (err != NULL) {
+		job->err = *err;
+		job->failed = 1;
+	}
+	sandboxd_defer(job_finished_cb, job);
 }
 
 /* Run the next removal queued on job, or finish it. */

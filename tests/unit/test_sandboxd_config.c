@@ -49,7 +49,7 @@ teardown(void **state)
 	if (chdir(oldcwd) < 0)
 		return -1;
 	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-	types_free();
+	sandbox_types_free();
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -243,13 +243,13 @@ test_image_names(void **state)
 	char *s;
 
 	(void)state;
-	s = types_image_name(NULL, NULL, NULL, "minimal");
+	s = sandbox_types_image_name(NULL, NULL, NULL, "minimal");
 	assert_string_equal(s, "agentscope/runtime-sandbox-minimal:latest");
 	free(s);
-	s = types_image_name("registry.example:5000/", "team", "v2", "base");
+	s = sandbox_types_image_name("registry.example:5000/", "team", "v2", "base");
 	assert_string_equal(s, "registry.example:5000/team/runtime-sandbox-base:v2");
 	free(s);
-	s = types_image_name("", "", "", "gui");
+	s = sandbox_types_image_name("", "", "", "gui");
 	assert_string_equal(s, "runtime-sandbox-gui:latest");
 	free(s);
 }
@@ -260,31 +260,31 @@ test_builtin_types(void **state)
 	const struct sandbox_type *t;
 
 	(void)state;
-	types_init(NULL, "ns", "t1");
+	sandbox_types_init(NULL, "ns", "t1");
 	for (size_t i = 0; i < 5; i++) {
 		static const char *const names[] = { "base", "minimal",
 		    "filesystem", "browser", "gui" };
 
-		t = types_find(names[i]);
+		t = sandbox_types_find(names[i]);
 		assert_non_null(t);
 		assert_true(t->memory > 0 && t->nano_cpus > 0 && t->pids > 0);
 	}
-	assert_string_equal(types_find("minimal")->image,
+	assert_string_equal(sandbox_types_find("minimal")->image,
 	    "ns/runtime-sandbox-minimal:t1");
-	assert_string_equal(types_find("minimal")->network, "none");
-	assert_string_equal(types_find("browser")->network, "bridge");
-	assert_ptr_equal(types_for_tool("browser_navigate"),
-	    types_find("browser"));
-	assert_ptr_equal(types_for_tool("edit_file"), types_find("filesystem"));
-	assert_ptr_equal(types_for_tool("run_shell_command"), types_find("base"));
-	assert_null(types_for_tool("no_such_tool"));
-	assert_null(types_find("nope"));
+	assert_string_equal(sandbox_types_find("minimal")->network, "none");
+	assert_string_equal(sandbox_types_find("browser")->network, "bridge");
+	assert_ptr_equal(sandbox_types_for_tool("browser_navigate"),
+	    sandbox_types_find("browser"));
+	assert_ptr_equal(sandbox_types_for_tool("edit_file"), sandbox_types_find("filesystem"));
+	assert_ptr_equal(sandbox_types_for_tool("run_shell_command"), sandbox_types_find("base"));
+	assert_null(sandbox_types_for_tool("no_such_tool"));
+	assert_null(sandbox_types_find("nope"));
 	/* The SDK's async classes ask for <type>_async. */
-	assert_ptr_equal(types_find("base_async"), types_find("base"));
-	assert_ptr_equal(types_find("browser_async"), types_find("browser"));
-	assert_null(types_find("nope_async"));
-	assert_null(types_find("_async"));
-	assert_null(types_find("base_async_async"));
+	assert_ptr_equal(sandbox_types_find("base_async"), sandbox_types_find("base"));
+	assert_ptr_equal(sandbox_types_find("browser_async"), sandbox_types_find("browser"));
+	assert_null(sandbox_types_find("nope_async"));
+	assert_null(sandbox_types_find("_async"));
+	assert_null(sandbox_types_find("base_async_async"));
 }
 
 static void
@@ -295,7 +295,7 @@ test_custom_types(void **state)
 	json_t *j;
 
 	(void)state;
-	types_init(NULL, NULL, NULL);
+	sandbox_types_init(NULL, NULL, NULL);
 	j = json_loads("{\"types\": {"
 	    "\"tiny\": {\"from\": \"minimal\", \"memory\": \"64M\", "
 	    "\"cpus\": 0.25, \"network\": \"bridge\", "
@@ -305,36 +305,36 @@ test_custom_types(void **state)
 	    " \"cap_add\": [\"CHOWN\"], \"agent_args\": [\"--x\"]},"
 	    "\"base\": {\"memory\": 1048576}}}", 0, NULL);
 	assert_non_null(j);
-	assert_int_equal(types_load_json(j, "test", NULL, NULL, NULL, &err), 0);
+	assert_int_equal(sandbox_types_load_json(j, "test", NULL, NULL, NULL, &err), 0);
 	json_decref(j);
-	t = types_find("tiny");
+	t = sandbox_types_find("tiny");
 	assert_non_null(t);
 	assert_string_equal(t->image, "agentscope/runtime-sandbox-minimal:latest");
 	assert_int_equal(t->memory, 64 * 1024 * 1024);
 	assert_int_equal(t->nano_cpus, 250000000);
-	assert_int_equal(t->pids, types_find("minimal")->pids);
+	assert_int_equal(t->pids, sandbox_types_find("minimal")->pids);
 	assert_string_equal(t->network, "bridge");
 	assert_string_equal(json_string_value(json_object_get(t->environment,
 	    "A")), "1");
-	assert_ptr_equal(types_for_tool("tiny_tool"), t);
+	assert_ptr_equal(sandbox_types_for_tool("tiny_tool"), t);
 	assert_string_equal(t->run_as, "1000:1000");	/* from minimal */
-	t = types_find("other");
+	t = sandbox_types_find("other");
 	assert_string_equal(t->run_as, "2000:3000");
 	assert_string_equal(t->image, "example/other:1");
 	assert_int_equal(t->pids, 10);
 	assert_int_equal(t->cap_add.n, 1);
 	assert_string_equal(t->agent_args.v[0], "--x");
 	/* Overriding a built-in changes only the fields given. */
-	assert_int_equal(types_find("base")->memory, 1048576);
-	assert_string_equal(types_find("base")->network, "none");
-	assert_ptr_equal(types_find("tiny_async"), types_find("tiny"));
+	assert_int_equal(sandbox_types_find("base")->memory, 1048576);
+	assert_string_equal(sandbox_types_find("base")->network, "none");
+	assert_ptr_equal(sandbox_types_find("tiny_async"), sandbox_types_find("tiny"));
 	/* A type of that very name is that type. */
 	j = json_loads("{\"types\": {\"tiny_async\": {\"from\": \"base\"}}}",
 	    0, NULL);
-	assert_int_equal(types_load_json(j, "test", NULL, NULL, NULL, &err), 0);
+	assert_int_equal(sandbox_types_load_json(j, "test", NULL, NULL, NULL, &err), 0);
 	json_decref(j);
-	assert_string_equal(types_find("tiny_async")->name, "tiny_async");
-	assert_ptr_not_equal(types_find("tiny_async"), types_find("tiny"));
+	assert_string_equal(sandbox_types_find("tiny_async")->name, "tiny_async");
+	assert_ptr_not_equal(sandbox_types_find("tiny_async"), sandbox_types_find("tiny"));
 }
 
 static void
@@ -363,9 +363,9 @@ test_bad_types(void **state)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		json_t *j = json_loads(cases[i].json, 0, NULL);
 
-		types_init(NULL, NULL, NULL);
+		sandbox_types_init(NULL, NULL, NULL);
 		assert_non_null(j);
-		assert_int_equal(types_load_json(j, "f.json", NULL, NULL, NULL,
+		assert_int_equal(sandbox_types_load_json(j, "f.json", NULL, NULL, NULL,
 		    &err), -1);
 		if (strstr(err.msg, cases[i].expect) == NULL)
 			fail_msg("%s: '%s' lacks '%s'", cases[i].json, err.msg,

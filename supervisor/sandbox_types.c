@@ -70,7 +70,7 @@ static const struct builtin builtins[] = {
 };
 
 char *
-types_image_name(const char *registry, const char *image_namespace,
+sandbox_types_image_name(const char *registry, const char *image_namespace,
     const char *tag, const char *type)
 {
 	if (image_namespace == NULL)
@@ -111,7 +111,7 @@ type_free(struct sandbox_type *t)
 }
 
 void
-types_free(void)
+sandbox_types_free(void)
 {
 	for (size_t i = 0; i < ntypes; i++)
 		type_free(types[i]);
@@ -136,7 +136,7 @@ find(const char *name)
 #define ASYNC_SUFFIX "_async"
 
 const struct sandbox_type *
-types_find(const char *name)
+sandbox_types_find(const char *name)
 {
 	const struct sandbox_type *t;
 	size_t len, slen = strlen(ASYNC_SUFFIX);
@@ -156,7 +156,7 @@ types_find(const char *name)
 }
 
 const struct sandbox_type *
-types_for_tool(const char *tool_name)
+sandbox_types_for_tool(const char *tool_name)
 {
 	for (size_t i = 0; i < ntypes; i++) {
 		const struct config_list *l = &types[i]->tool_names;
@@ -170,13 +170,13 @@ types_for_tool(const char *tool_name)
 }
 
 size_t
-types_count(void)
+sandbox_types_count(void)
 {
 	return ntypes;
 }
 
 const struct sandbox_type *
-types_at(size_t i)
+sandbox_types_at(size_t i)
 {
 	return i < ntypes ? types[i] : NULL;
 }
@@ -196,15 +196,16 @@ add(const char *name)
 }
 
 void
-types_init(const char *registry, const char *image_namespace, const char *tag)
+sandbox_types_init(const char *registry, const char *image_namespace,
+    const char *tag)
 {
-	types_free();
+	sandbox_types_free();
 	for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
 		const struct builtin *b = &builtins[i];
 		struct sandbox_type *t = add(b->name);
 
-		t->image = types_image_name(registry, image_namespace, tag,
-		    b->name);
+		t->image = sandbox_types_image_name(registry, image_namespace,
+		    tag, b->name);
 		t->memory = b->memory;
 		t->nano_cpus = (int64_t)(b->cpus * 1e9);
 		t->pids = b->pids;
@@ -463,8 +464,8 @@ define(const char *name, json_t *def, const char *source, const char *registry,
 			copy_type(t, base);
 		}
 		if (t->image == NULL)
-			t->image = types_image_name(registry, image_namespace,
-			    tag, name);
+			t->image = sandbox_types_image_name(registry,
+			    image_namespace, tag, name);
 	}
 	json_object_foreach(def, key, v) {
 		if (strcmp(key, "from") == 0)
@@ -478,8 +479,9 @@ define(const char *name, json_t *def, const char *source, const char *registry,
 }
 
 int
-types_load_json(json_t *root, const char *source, const char *registry,
-    const char *image_namespace, const char *tag, struct error *err)
+sandbox_types_load_json(json_t *root, const char *source,
+    const char *registry, const char *image_namespace, const char *tag,
+    struct error *err)
 {
 	json_t *defs, *def;
 	const char *name;
@@ -499,7 +501,7 @@ types_load_json(json_t *root, const char *source, const char *registry,
 }
 
 int
-types_load_file(const char *path, const char *registry,
+sandbox_types_load_file(const char *path, const char *registry,
     const char *image_namespace, const char *tag, struct error *err)
 {
 	json_error_t jerr;
@@ -512,7 +514,8 @@ types_load_file(const char *path, const char *registry,
 		    jerr.line);
 		return -1;
 	}
-	rc = types_load_json(root, path, registry, image_namespace, tag, err);
+	rc = sandbox_types_load_json(root, path, registry, image_namespace, tag,
+	    err);
 	json_decref(root);
 	return rc;
 }

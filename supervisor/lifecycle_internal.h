@@ -1,0 +1,53 @@
+/*
+ * What lifecycle.c (operations, waiters, release, start, stop) and
+ * lifecycle_create.c (create, and the wait for a new agent that a start
+ * also uses) share: one operation in progress per sandbox.
+ */
+#ifndef LIFECYCLE_INTERNAL_H
+#define LIFECYCLE_INTERNAL_H
+
+#include "sandboxd.h"
+
+struct event;
+
+enum lifecycle_op_kind {
+	OP_CREATE,
+	OP_RELEASE,
+	OP_START,
+	OP_STOP,
+};
+
+/* The operation in progress on a sandbox; holds a reference to it. Freed
+ * when the operation ends. */
+struct lifecycle_op {
+	enum lifecycle_op_kind kind;
+	struct sandbox *sb;
+	sandbox_done_cb done;
+	void *arg;
+	struct event *timer;
+	double started;
+	double deadline;
+	double next_status_check;
+	double delay;			/* between probes, grows */
+	int status_checking;
+	enum sandbox_state prev_state;
+	struct error err;
+};
+
+/* lifecycle.c */
+/* Begin an operation on sb (which it references): sb->op. */
+struct lifecycle_op *lifecycle_op_new(struct sandbox *sb,
+    enum lifecycle_op_kind kind, sandbox_done_cb done, void *arg);
+/* End op and free it; then run a release that was asked for meanwhile. */
+void lifecycle_op_end(struct lifecycle_op *op);
+/* Tell whoever waits for sb's release. */
+void lifecycle_notify_waiters(struct sandbox *sb, const struct error *err);
+
+/* lifecycle_create.c */
+/* Wait for op's agent to answer (a create's, a start's), then end op. */
+void lifecycle_wait_healthy(struct lifecycle_op *op);
+/* op failed: a create undoes what it made, a start marks sb unhealthy;
+ * then done(err) and the end of op. */
+void lifecycle_fail_op(struct lifecycle_op *op, const struct error *err);
+
+#endif
