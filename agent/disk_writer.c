@@ -28,6 +28,7 @@
 
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -78,23 +79,6 @@ wake_loop(struct disk_writer *w)
 		;
 }
 
-static int
-write_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static void *
 writer_main(void *arg)
 {
@@ -119,7 +103,7 @@ writer_main(void *arg)
 		if (c->close)
 			close(c->fd);
 		else if (!skip)
-			e = write_all(c->fd, c->data, c->len);
+			e = fdio_write_all(c->fd, c->data, c->len) < 0 ? errno : 0;
 
 		pthread_mutex_lock(&w->lock);
 		w->queued -= c->len;
@@ -228,8 +212,8 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
 	 * costs less than starting a thread. */
 	if (!w->started && w->inlined + len <= WRITER_INLINE) {
 		w->inlined += len;
-		if (w->error == 0)
-			w->error = write_all(fd, data, len);
+		if (w->error == 0 && fdio_write_all(fd, data, len) < 0)
+			w->error = errno;
 		return 0;
 	}
 	if (!w->started && start_thread(w, err) < 0)

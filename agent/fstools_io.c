@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "xmalloc.h"
 
 void
@@ -235,7 +236,6 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 	char hex[33], *tmp, *tmp_real;
 	const char *base;
 	int dirfd, fd, e = 0, ret = -1;
-	size_t off = 0;
 
 	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
 		memset(rnd, 0, sizeof rnd);
@@ -255,17 +255,8 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 		*msg = fs_msg_errno(errno, "open", tmp_real, NULL);
 		goto out;
 	}
-	while (off < len) {
-		ssize_t n = write(fd, data + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			e = errno;
-			break;
-		}
-		off += (size_t)n;
-	}
+	if (fdio_write_all(fd, data, len) < 0)
+		e = errno;
 	/* The mode goes on before the rename, so the file never shows up
 	 * under its name with the wrong one. */
 	if (e == 0 && mode >= 0)

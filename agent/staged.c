@@ -33,6 +33,7 @@
 
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "work.h"
 #include "xmalloc.h"
@@ -188,20 +189,15 @@ copy_data(int in, int out)
 		break;
 	}
 	for (;;) {
-		ssize_t n = pread(in, buf, sizeof buf, off), w;
+		ssize_t n = pread(in, buf, sizeof buf, off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return (int)n;
 		off += n;
-		for (char *p = buf; n > 0; p += w, n -= w) {
-			w = write(out, p, (size_t)n);
-			if (w < 0 && errno != EINTR)
-				return -1;
-			if (w < 0)
-				w = 0;
-		}
+		if (fdio_write_all(out, buf, (size_t)n) < 0)
+			return -1;
 	}
 }
 
