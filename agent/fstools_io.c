@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "fdio.h"
+#include "token.h"
 #include "xmalloc.h"
 
 void
@@ -232,15 +232,11 @@ int
 fs_replace_file(const struct workspace *ws, const struct fs_path *p,
     const char *data, size_t len, int mode, char **msg)
 {
-	unsigned char rnd[16];
-	char hex[33], *tmp, *tmp_real;
+	char hex[TOKEN_HEX_LEN], *tmp, *tmp_real;
 	const char *base;
 	int dirfd, fd, e = 0, ret = -1;
 
-	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-		memset(rnd, 0, sizeof rnd);
-	for (size_t i = 0; i < sizeof rnd; i++)
-		snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+	token_random_hex(hex);
 	tmp_real = xasprintf("%s.%s.tmp", p->real, hex);
 	dirfd = fs_open_parent(ws, p->rel, &base);
 	if (dirfd < 0) {

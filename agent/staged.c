@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +34,7 @@
 
 #include "fdio.h"
 #include "log.h"
+#include "token.h"
 #include "work.h"
 #include "xmalloc.h"
 
@@ -63,13 +63,9 @@ staged_init(struct staged_file *f)
 static char *
 hidden_name(void)
 {
-	unsigned char r[HIDDEN_HEX / 2];
 	char hex[HIDDEN_HEX + 1];
 
-	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-		fatal("getrandom: %s", strerror(errno));
-	for (size_t i = 0; i < sizeof r; i++)
-		snprintf(hex + 2 * i, 3, "%02x", r[i]);
+	token_random_hex_n(hex, HIDDEN_HEX / 2);
 	return xasprintf(HIDDEN_PREFIX "%s", hex);
 }
 
