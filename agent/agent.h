@@ -88,15 +88,15 @@ void run_as_files(const struct agent *agent);
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 
-/* git.c: the /watcher routes. git_routes_init runs once at start, after
- * the event loop exists; the repository itself is opened (and created
- * when missing) by the first git request. git_routes_shutdown, after the
- * loop ended, waits for the git operation under way. */
-void git_routes_init(struct agent *agent);
-void git_routes_shutdown(void);
-void git_route_commit(struct http_request *req, void *arg);
-void git_route_diff(struct http_request *req, void *arg);
-void git_route_logs(struct http_request *req, void *arg);
+/* gitops.c: the /watcher routes. gitops_routes_init runs once at start,
+ * after the event loop exists; the repository itself is opened (and
+ * created when missing) by the first git request. gitops_routes_shutdown,
+ * after the loop ended, waits for the git operation under way. */
+void gitops_routes_init(struct agent *agent);
+void gitops_routes_shutdown(void);
+void gitops_route_commit(struct http_request *req, void *arg);
+void gitops_route_diff(struct http_request *req, void *arg);
+void gitops_route_logs(struct http_request *req, void *arg);
 /* files.c, files_batch.c, entries.c: the /workspace routes. */
 void files_route_get(struct http_request *req, void *arg);
 void files_route_put(struct http_request *req, void *arg);

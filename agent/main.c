@@ -388,7 +388,7 @@ setup(int argc, char **argv)
 	agent.io_pool = work_pool_new(agent.base, IO_THREADS, &err);
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
-	git_routes_init(&agent);
+	gitops_routes_init(&agent);
 	staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
@@ -447,7 +447,7 @@ main(int argc, char **argv)
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
 	work_pool_free(agent.io_pool);
-	git_routes_shutdown();
+	gitops_routes_shutdown();
 	tools_shutdown();
 	desktop_free(&agent);
 	staged_sweep_shutdown();

@@ -108,7 +108,7 @@ setup(void)
 	agent.cfg.default_timeout = 10;
 	agent.shell = "/bin/sh";
 	spawn_init(agent.base);
-	git_routes_init(&agent);
+	gitops_routes_init(&agent);
 	mcp_init(&agent);
 	if (tools_setup(&agent, "filesystem", &err) < 0)
 		abort();
