@@ -8,6 +8,7 @@
  */
 #include "agent.h"
 #include "files.h"
+#include "files_ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -178,7 +179,7 @@ listing_pump(struct http_request *req, void *arg)
 		e = &top->ents[top->next++];
 		depth = top->depth;
 		rel = join(top->rel, e->name);
-		info = fsops_entry_json(l->agent, rel, &e->st);
+		info = files_ops_entry_json(l->agent, rel, &e->st);
 		text = json_dumps(info, JSON_COMPACT);
 		json_decref(info);
 		if (l->written++ > 0)
@@ -312,7 +313,7 @@ removal_run(void *arg)
 		r->failed = r->err.status != 404;
 		return;
 	}
-	r->failed = fsops_remove(fd, base, r->rel, &r->err) < 0;
+	r->failed = files_ops_remove(fd, base, r->rel, &r->err) < 0;
 	close(fd);
 }
 
@@ -434,21 +435,21 @@ entries_route_move(struct http_request *req, void *arg)
 		error_set(&err, 409, "cannot move %s into itself", src);
 		goto done;
 	}
-	dfd = fsops_open_parent(agent, dst, &created, &dbase, &err);
+	dfd = files_ops_open_parent(agent, dst, &created, &dbase, &err);
 	if (dfd < 0)
 		goto done;
 	if (renameat(sfd, sbase, dfd, dbase) < 0) {
 		rename_error(&err, errno, src, dst);
-		fsops_created_undo(agent, &created);
+		files_ops_created_undo(agent, &created);
 		goto done;
 	}
-	info = fsops_entry_info(agent, dfd, dbase, dst, &err);
+	info = files_ops_entry_info(agent, dfd, dbase, dst, &err);
 done:
 	if (sfd >= 0)
 		close(sfd);
 	if (dfd >= 0)
 		close(dfd);
-	fsops_created_free(&created);
+	files_ops_created_free(&created);
 	json_decref(body);
 	free(src);
 	free(dst);
@@ -472,18 +473,18 @@ entries_route_mkdir(struct http_request *req, void *arg)
 	if ((body = http_request_json(req, &err)) != NULL &&
 	    json_get_string(body, "path", 1, &path, &err) == 0 &&
 	    path_normalize(&agent->ws, path, &rel, &err) == 0)
-		fd = fsops_mkdirs(agent, rel, &created, &err);
+		fd = files_ops_mkdirs(agent, rel, &created, &err);
 	json_decref(body);
 	free(rel);
 	if (fd < 0) {
-		fsops_created_undo(agent, &created);
-		fsops_created_free(&created);
+		files_ops_created_undo(agent, &created);
+		files_ops_created_free(&created);
 		http_reply_err(req, &err);
 		return;
 	}
 	close(fd);
 	answer = json_object();
 	json_object_set_new(answer, "created", json_boolean(created.n > 0));
-	fsops_created_free(&created);
+	files_ops_created_free(&created);
 	http_reply_json(req, 200, answer);
 }

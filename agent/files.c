@@ -10,6 +10,7 @@
  */
 #include "agent.h"
 #include "files.h"
+#include "files_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -326,7 +327,7 @@ upload_free(struct upload *up)
 {
 	disk_writer_free(up->writer);
 	staged_discard(&up->file);
-	fsops_created_free(&up->created);
+	files_ops_created_free(&up->created);
 	if (up->parentfd >= 0)
 		close(up->parentfd);
 	free(up->rel);
@@ -347,7 +348,7 @@ upload_fail(struct upload *up, const struct error *err)
 	disk_writer_free(up->writer);
 	up->writer = NULL;
 	staged_discard(&up->file);
-	fsops_created_undo(up->agent, &up->created);
+	files_ops_created_undo(up->agent, &up->created);
 	upload_free(up);
 	http_reply_err(req, err);
 }
@@ -374,7 +375,7 @@ upload_finish(struct upload *up)
 		upload_fail(up, &err);
 		return;
 	}
-	info = fsops_entry_json(up->agent, up->rel, &st);
+	info = files_ops_entry_json(up->agent, up->rel, &st);
 	upload_free(up);
 	http_reply_json(req, 200, info);
 }
@@ -491,14 +492,14 @@ files_route_put(struct http_request *req, void *arg)
 	up->parentfd = -1;
 	staged_init(&up->file);
 	if (query_path(agent, req, &rel, &err) < 0 ||
-	    fsops_follow_links(agent, rel, &up->rel, &err) < 0)
+	    files_ops_follow_links(agent, rel, &up->rel, &err) < 0)
 		goto fail;
 	if (agent->cfg.max_upload > 0 && length > (int64_t)agent->cfg.max_upload) {
 		error_set(&err, 413, "upload too large: %lld bytes, the limit "
 		    "is %zu", (long long)length, agent->cfg.max_upload);
 		goto fail;
 	}
-	up->parentfd = fsops_open_parent(agent, up->rel, &up->created,
+	up->parentfd = files_ops_open_parent(agent, up->rel, &up->created,
 	    &up->base, &err);
 	if (up->parentfd < 0)
 		goto fail;

@@ -1,9 +1,9 @@
 /*
- * What the workspace file routes (files.c, files_batch.c, entries.c) share:
- * entry infos, directories created on the way and undone when the request
- * fails, files that appear only once complete, and the disk writer thread.
- * Every path here is relative to the workspace root and already normalised
- * by path_normalize; every open goes through path.h beneath the root.
+ * What the workspace file routes (files.c, files_batch.c, entries.c) share
+ * besides files_ops.h: files that appear only once complete, and the disk
+ * writer thread. Every path here is relative to the workspace root and
+ * already normalised by path_normalize; every open goes through path.h
+ * beneath the root.
  */
 #ifndef FILES_H
 #define FILES_H
@@ -17,54 +17,6 @@
 
 struct agent;
 struct event_base;
-
-/* fsops.c */
-
-/* The entry info {"path", "name", "type", "size", "mtime_ms"} of rel as
- * st describes it (from lstat: a symlink is "symlink"). New reference. */
-json_t *fsops_entry_json(struct agent *agent, const char *rel,
-    const struct stat *st);
-/* The entry info of name in dirfd, not following a symlink. */
-json_t *fsops_entry_info(struct agent *agent, int dirfd, const char *name,
-    const char *rel, struct error *err);
-
-/* Directories one request created: undone if the request fails. Owned by
- * the request; fsops_created_free frees it. */
-struct created_dirs {
-	char **v;	/* relative paths, parents first */
-	size_t n;
-};
-
-/* O_PATH descriptor of directory rel, created with its missing parents
- * (each added to created, and given to the user commands run as). 409 if
- * a part of it is not a directory, 403 if it leads outside. */
-int fsops_mkdirs(struct agent *agent, const char *rel,
-    struct created_dirs *created, struct error *err);
-/* The same for the directory holding rel; *base points at rel's last
- * component. rel must not be the root. */
-int fsops_open_parent(struct agent *agent, const char *rel,
-    struct created_dirs *created, const char **base, struct error *err);
-/* Remove the created directories again, deepest first; a directory that
- * is no longer empty stays. */
-void fsops_created_undo(struct agent *agent, struct created_dirs *created);
-void fsops_created_free(struct created_dirs *created);
-
-/* rel with its last component replaced by the target of the symlink it
- * names, as often as it is one; 403 if a link leads outside. Writing
- * through a link thus writes its target, as open() would. Caller frees
- * *out. */
-int fsops_follow_links(struct agent *agent, const char *rel, char **out,
-    struct error *err);
-
-/* Remove name in dirfd and, if it is a directory, everything beneath it,
- * never following a symlink. Missing is not an error. */
-int fsops_remove(int dirfd, const char *name, const char *rel,
-    struct error *err);
-
-/* Give the file or directory open as fd (any kind of descriptor) to the
- * user commands run as, when the agent runs them as another user. Never
- * by name: the user could have swapped the name meanwhile. */
-void fsops_give(struct agent *agent, int fd);
 
 /* staged.c: a file being written that appears in the workspace only once
  * complete, so a failed or aborted write leaves nothing behind. Owned by

@@ -15,6 +15,7 @@
  */
 #include "agent.h"
 #include "files.h"
+#include "files_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -95,7 +96,7 @@ batch_free(struct batch *b)
 	free(b->paths);
 	if (b->mp != NULL)
 		multipart_free(b->mp);
-	fsops_created_free(&b->created);
+	files_ops_created_free(&b->created);
 	staged_dir_remove(&b->stage);
 	if (b->rootfd >= 0)
 		close(b->rootfd);
@@ -119,7 +120,7 @@ batch_fail(struct batch *b, const struct error *err)
 	b->writer = NULL;
 	for (size_t i = 0; i < b->nfiles; i++)
 		staged_discard(&b->files[i].staged);
-	fsops_created_undo(b->agent, &b->created);
+	files_ops_created_undo(b->agent, &b->created);
 	batch_free(b);
 	http_reply_err(req, err);
 }
@@ -242,7 +243,7 @@ target_dir(struct batch *b, const char *rel, const char **base,
 		    strncmp(b->dirs[i].rel, rel, len) == 0)
 			return b->dirs[i].fd;
 	}
-	fd = fsops_open_parent(b->agent, rel, &b->created, base, err);
+	fd = files_ops_open_parent(b->agent, rel, &b->created, base, err);
 	if (fd < 0)
 		return -1;
 	b->dirs = xreallocarray(b->dirs, b->ndirs + 1, sizeof *b->dirs);
@@ -271,7 +272,7 @@ place(struct batch *b, size_t i, struct error *err)
 	}
 	if (path_normalize(&b->agent->ws, target, &rel, err) < 0)
 		return -1;
-	rc = fsops_follow_links(b->agent, rel, &f->rel, err);
+	rc = files_ops_follow_links(b->agent, rel, &f->rel, err);
 	free(rel);
 	if (rc < 0)
 		return -1;
@@ -338,7 +339,7 @@ batch_finish(struct batch *b)
 			batch_fail(b, &err);
 			return;
 		}
-		json_array_append_new(infos, fsops_entry_json(b->agent, f->rel,
+		json_array_append_new(infos, files_ops_entry_json(b->agent, f->rel,
 		    &st));
 	}
 	batch_free(b);

@@ -19,6 +19,7 @@
  */
 #include "agent.h"
 #include "files.h"
+#include "files_ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -240,7 +241,7 @@ static void
 adopt(struct staged_file *f, struct agent *agent, const struct stat *old)
 {
 	if (old == NULL) {
-		fsops_give(agent, f->fd);
+		files_ops_give(agent, f->fd);
 		return;
 	}
 	if (geteuid() == 0)
