@@ -11,6 +11,7 @@
 #include "agent.h"
 #include "files.h"
 #include "files_ops.h"
+#include "files_staged.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -326,7 +327,7 @@ static void
 upload_free(struct upload *up)
 {
 	disk_writer_free(up->writer);
-	staged_discard(&up->file);
+	files_staged_discard(&up->file);
 	files_ops_created_free(&up->created);
 	if (up->parentfd >= 0)
 		close(up->parentfd);
@@ -347,7 +348,7 @@ upload_fail(struct upload *up, const struct error *err)
 	}
 	disk_writer_free(up->writer);
 	up->writer = NULL;
-	staged_discard(&up->file);
+	files_staged_discard(&up->file);
 	files_ops_created_undo(up->agent, &up->created);
 	upload_free(up);
 	http_reply_err(req, err);
@@ -370,7 +371,7 @@ upload_finish(struct upload *up)
 	/* Everything is written: the thread holds on to nothing of ours. */
 	disk_writer_free(up->writer);
 	up->writer = NULL;
-	if (staged_commit(&up->file, up->agent, up->parentfd, up->base,
+	if (files_staged_commit(&up->file, up->agent, up->parentfd, up->base,
 	    up->rel, &st, &err) < 0) {
 		upload_fail(up, &err);
 		return;
@@ -490,7 +491,7 @@ files_route_put(struct http_request *req, void *arg)
 	up->agent = agent;
 	up->req = req;
 	up->parentfd = -1;
-	staged_init(&up->file);
+	files_staged_init(&up->file);
 	if (query_path(agent, req, &rel, &err) < 0 ||
 	    files_ops_follow_links(agent, rel, &up->rel, &err) < 0)
 		goto fail;
@@ -509,7 +510,7 @@ files_route_put(struct http_request *req, void *arg)
 		goto fail;
 	}
 	if (check_space(up->parentfd, length, up->rel, &err) < 0 ||
-	    staged_create(&up->file, up->parentfd, 0, up->rel, &err) < 0)
+	    files_staged_create(&up->file, up->parentfd, 0, up->rel, &err) < 0)
 		goto fail;
 	free(rel);
 	up->writer = disk_writer_new(agent->base, upload_writer_cb, up);

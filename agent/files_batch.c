@@ -16,6 +16,7 @@
 #include "agent.h"
 #include "files.h"
 #include "files_ops.h"
+#include "files_staged.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +82,7 @@ batch_free(struct batch *b)
 {
 	disk_writer_free(b->writer);
 	for (size_t i = 0; i < b->nfiles; i++) {
-		staged_discard(&b->files[i].staged);
+		files_staged_discard(&b->files[i].staged);
 		free(b->files[i].filename);
 		free(b->files[i].rel);
 	}
@@ -97,7 +98,7 @@ batch_free(struct batch *b)
 	if (b->mp != NULL)
 		multipart_free(b->mp);
 	files_ops_created_free(&b->created);
-	staged_dir_remove(&b->stage);
+	files_staged_dir_remove(&b->stage);
 	if (b->rootfd >= 0)
 		close(b->rootfd);
 	free(b);
@@ -119,7 +120,7 @@ batch_fail(struct batch *b, const struct error *err)
 	disk_writer_free(b->writer);
 	b->writer = NULL;
 	for (size_t i = 0; i < b->nfiles; i++)
-		staged_discard(&b->files[i].staged);
+		files_staged_discard(&b->files[i].staged);
 	files_ops_created_undo(b->agent, &b->created);
 	batch_free(b);
 	http_reply_err(req, err);
@@ -151,11 +152,11 @@ part_begin(const struct multipart_part *part, void *arg, struct error *err)
 	f = &b->files[b->nfiles++];
 	memset(f, 0, sizeof *f);
 	f->filename = part->filename != NULL ? xstrdup(part->filename) : NULL;
-	staged_init(&f->staged);
+	files_staged_init(&f->staged);
 	b->part = PART_FILE;
-	if (b->stage.fd < 0 && staged_dir_create(&b->stage, b->rootfd, err) < 0)
+	if (b->stage.fd < 0 && files_staged_dir_create(&b->stage, b->rootfd, err) < 0)
 		return -1;
-	return staged_create(&f->staged, b->stage.fd, 1,
+	return files_staged_create(&f->staged, b->stage.fd, 1,
 	    f->filename != NULL ? f->filename : "a file part", err);
 }
 
@@ -285,8 +286,8 @@ place(struct batch *b, size_t i, struct error *err)
 		error_set(err, 409, "%s is a directory", f->rel);
 		return -1;
 	}
-	if (!staged_same_mount(b->stage.fd, dirfd))
-		return staged_copy_to(&f->staged, dirfd, f->rel, err);
+	if (!files_staged_same_mount(b->stage.fd, dirfd))
+		return files_staged_copy_to(&f->staged, dirfd, f->rel, err);
 	return 0;
 }
 
@@ -331,7 +332,7 @@ batch_finish(struct batch *b)
 		struct batch_file *f = &b->files[i];
 		struct stat st;
 
-		if (staged_commit(&f->staged, b->agent, f->dirfd,
+		if (files_staged_commit(&f->staged, b->agent, f->dirfd,
 		    last_component(f->rel), f->rel, &st, &err) < 0) {
 			log_warn("batch upload: %zu of %zu files were written "
 			    "before: %s", i, b->nfiles, err.msg);
@@ -432,7 +433,7 @@ files_batch_route(struct http_request *req, void *arg)
 	b->agent = agent;
 	b->req = req;
 	b->rootfd = -1;
-	staged_dir_init(&b->stage);
+	files_staged_dir_init(&b->stage);
 	boundary = multipart_boundary(http_request_header(req, "Content-Type"),
 	    &err);
 	if (boundary == NULL)

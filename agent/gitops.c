@@ -31,7 +31,7 @@
 #include <event2/buffer.h>
 #include <git2.h>
 
-#include "files.h"
+#include "files_staged.h"
 #include "gitops_internal.h"
 #include "json_util.h"
 #include "log.h"
@@ -155,7 +155,7 @@ skip_staged_uploads(const char *path, const char *matched, void *payload)
 
 	(void)matched;
 	(void)payload;
-	return staged_is_hidden_name(base != NULL ? base + 1 : path);
+	return files_staged_is_hidden_name(base != NULL ? base + 1 : path);
 }
 
 /* git add -A: new, changed and deleted files, .gitignore honoured (files

@@ -19,7 +19,7 @@
 #include <event2/event.h>
 
 #include "desktop.h"
-#include "files.h"
+#include "files_staged.h"
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
@@ -389,7 +389,7 @@ setup(int argc, char **argv)
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
 	gitops_routes_init(&agent);
-	staged_sweep_start(&agent);
+	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
@@ -450,6 +450,6 @@ main(int argc, char **argv)
 	gitops_routes_shutdown();
 	tools_shutdown();
 	desktop_free(&agent);
-	staged_sweep_shutdown();
+	files_staged_sweep_shutdown();
 	return 0;
 }
