@@ -7,7 +7,6 @@
  * size costs the memory of the directories on one path from the top.
  */
 #include "agent.h"
-#include "files.h"
 #include "files_ops.h"
 
 #include <dirent.h>

@@ -14,9 +14,9 @@
  * behind.
  */
 #include "agent.h"
-#include "files.h"
 #include "files_ops.h"
 #include "files_staged.h"
+#include "files_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,7 +59,7 @@ struct batch {
 	struct agent *agent;
 	struct http_request *req;
 	struct multipart *mp;
-	struct disk_writer *writer;
+	struct files_writer *writer;
 	int rootfd;			/* the workspace root */
 	struct staged_dir stage;	/* in the root: where parts are staged */
 	struct batch_dir *dirs;
@@ -80,7 +80,7 @@ struct batch {
 static void
 batch_free(struct batch *b)
 {
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	for (size_t i = 0; i < b->nfiles; i++) {
 		files_staged_discard(&b->files[i].staged);
 		free(b->files[i].filename);
@@ -114,10 +114,10 @@ batch_fail(struct batch *b, const struct error *err)
 	    &b->files[b->nfiles - 1].staged : NULL;
 
 	if (b->writer != NULL && last != NULL && last->fd >= 0) {
-		disk_writer_close(b->writer, last->fd);
+		files_writer_close(b->writer, last->fd);
 		last->fd = -1;
 	}
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	b->writer = NULL;
 	for (size_t i = 0; i < b->nfiles; i++)
 		files_staged_discard(&b->files[i].staged);
@@ -167,7 +167,7 @@ part_data(const char *data, size_t len, void *arg, struct error *err)
 
 	switch (b->part) {
 	case PART_FILE:
-		switch (disk_writer_write(b->writer,
+		switch (files_writer_write(b->writer,
 		    b->files[b->nfiles - 1].staged.fd, data, len, err)) {
 		case -1:
 			return -1;
@@ -204,7 +204,7 @@ part_end(void *arg, struct error *err)
 		/* The writer closes it after its data, which keeps one
 		 * descriptor per batch however many files it holds. */
 		s = &b->files[b->nfiles - 1].staged;
-		disk_writer_close(b->writer, s->fd);
+		files_writer_close(b->writer, s->fd);
 		s->fd = -1;
 		break;
 	case PART_PATH:
@@ -305,14 +305,14 @@ batch_finish(struct batch *b)
 	struct http_request *req = b->req;
 	struct error err = { 0 };
 	json_t *infos;
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", "an uploaded file");
 		batch_fail(b, &err);
 		return;
 	}
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	b->writer = NULL;
 	if (b->npaths > 0 && b->npaths != b->nfiles) {
 		error_set(&err, 400, "%zu 'paths' fields for %zu 'files' parts: "
@@ -354,7 +354,7 @@ batch_writer_cb(void *arg)
 {
 	struct batch *b = arg;
 	struct error err = { 0 };
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", "an uploaded file");
@@ -365,7 +365,7 @@ batch_writer_cb(void *arg)
 		b->paused = 0;
 		http_request_resume_body(b->req);
 	}
-	if (b->body_done && disk_writer_flush(b->writer))
+	if (b->body_done && files_writer_flush(b->writer))
 		batch_finish(b);
 }
 
@@ -376,7 +376,7 @@ batch_data_cb(struct http_request *req, const char *data, size_t len,
 	struct batch *b = arg;
 	size_t limit = b->agent->cfg.max_upload;
 	struct error err = { 0 };
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	(void)req;
 	b->received += len;
@@ -404,7 +404,7 @@ batch_end_cb(struct http_request *req, void *arg)
 		return;
 	}
 	b->body_done = 1;
-	if (disk_writer_flush(b->writer))
+	if (files_writer_flush(b->writer))
 		batch_finish(b);
 }
 
@@ -455,7 +455,7 @@ files_batch_route(struct http_request *req, void *arg)
 		    (unsigned long long)sv.f_bavail * sv.f_frsize);
 		goto fail;
 	}
-	b->writer = disk_writer_new(agent->base, batch_writer_cb, b);
+	b->writer = files_writer_new(agent->base, batch_writer_cb, b);
 	http_request_on_body(req, batch_data_cb, batch_end_cb, b);
 	http_request_on_close(req, batch_gone, b);
 	return;

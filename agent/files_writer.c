@@ -15,7 +15,7 @@
  * and frees the writer itself.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_writer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -46,9 +46,9 @@ struct chunk {
 	char data[];
 };
 
-/* Owned by one request until disk_writer_free; then by its thread, if
+/* Owned by one request until files_writer_free; then by its thread, if
  * one runs, which frees it on its way out. */
-struct disk_writer {
+struct files_writer {
 	pthread_t thread;
 	int started;
 	size_t inlined;		/* bytes written before the thread started */
@@ -71,7 +71,7 @@ struct disk_writer {
 };
 
 static void
-wake_loop(struct disk_writer *w)
+wake_loop(struct files_writer *w)
 {
 	uint64_t one = 1;
 
@@ -82,7 +82,7 @@ wake_loop(struct disk_writer *w)
 static void *
 writer_main(void *arg)
 {
-	struct disk_writer *w = arg;
+	struct files_writer *w = arg;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
@@ -132,7 +132,7 @@ writer_main(void *arg)
 static void
 wakeup_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct disk_writer *w = arg;
+	struct files_writer *w = arg;
 	uint64_t n;
 
 	(void)what;
@@ -140,10 +140,10 @@ wakeup_cb(evutil_socket_t fd, short what, void *arg)
 	w->cb(w->arg);
 }
 
-struct disk_writer *
-disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
+struct files_writer *
+files_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 {
-	struct disk_writer *w = xcalloc(1, sizeof *w);
+	struct files_writer *w = xcalloc(1, sizeof *w);
 
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -157,7 +157,7 @@ disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 /* The thread starts once an upload outgrows WRITER_INLINE. Signals stay
  * with the loop's thread. */
 static int
-start_thread(struct disk_writer *w, struct error *err)
+start_thread(struct files_writer *w, struct error *err)
 {
 	sigset_t all, old;
 	int e;
@@ -190,7 +190,7 @@ start_thread(struct disk_writer *w, struct error *err)
 }
 
 static void
-enqueue(struct disk_writer *w, struct chunk *c)
+enqueue(struct files_writer *w, struct chunk *c)
 {
 	if (w->tail != NULL)
 		w->tail->next = c;
@@ -202,7 +202,7 @@ enqueue(struct disk_writer *w, struct chunk *c)
 }
 
 int
-disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
+files_writer_write(struct files_writer *w, int fd, const void *data, size_t len,
     struct error *err)
 {
 	struct chunk *c;
@@ -249,7 +249,7 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
 }
 
 void
-disk_writer_close(struct disk_writer *w, int fd)
+files_writer_close(struct files_writer *w, int fd)
 {
 	struct chunk *c;
 
@@ -266,7 +266,7 @@ disk_writer_close(struct disk_writer *w, int fd)
 }
 
 int
-disk_writer_flush(struct disk_writer *w)
+files_writer_flush(struct files_writer *w)
 {
 	int done;
 
@@ -281,7 +281,7 @@ disk_writer_flush(struct disk_writer *w)
 }
 
 int
-disk_writer_error(struct disk_writer *w)
+files_writer_error(struct files_writer *w)
 {
 	int e;
 
@@ -292,7 +292,7 @@ disk_writer_error(struct disk_writer *w)
 }
 
 void
-disk_writer_free(struct disk_writer *w)
+files_writer_free(struct files_writer *w)
 {
 	struct event *ev;
 	int efd;
