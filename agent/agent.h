@@ -97,15 +97,15 @@ void gitops_routes_shutdown(void);
 void gitops_route_commit(struct http_request *req, void *arg);
 void gitops_route_diff(struct http_request *req, void *arg);
 void gitops_route_logs(struct http_request *req, void *arg);
-/* files.c, files_batch.c, entries.c: the /workspace routes. */
+/* files.c, files_batch.c, files_entries.c: the /workspace routes. */
 void files_route_get(struct http_request *req, void *arg);
 void files_route_put(struct http_request *req, void *arg);
 void files_batch_route(struct http_request *req, void *arg);
-void entries_route_list(struct http_request *req, void *arg);
-void entries_route_exists(struct http_request *req, void *arg);
-void entries_route_delete(struct http_request *req, void *arg);
-void entries_route_move(struct http_request *req, void *arg);
-void entries_route_mkdir(struct http_request *req, void *arg);
+void files_entries_route_list(struct http_request *req, void *arg);
+void files_entries_route_exists(struct http_request *req, void *arg);
+void files_entries_route_delete(struct http_request *req, void *arg);
+void files_entries_route_move(struct http_request *req, void *arg);
+void files_entries_route_mkdir(struct http_request *req, void *arg);
 /* mcp.c: the MCP client's servers and routes. */
 void mcp_init(struct agent *agent);
 /* Start the servers of an {"mcpServers": ...} file in the background;

@@ -1,6 +1,6 @@
 /*
  * Filesystem operations of the workspace file routes (files.c,
- * files_batch.c, entries.c), all relative to descriptors opened
+ * files_batch.c, files_entries.c), all relative to descriptors opened
  * beneath the root: entry infos, mkdir -p that can be undone, following
  * symlinks by hand, recursive removal. Every path here is relative to the
  * workspace root and already normalised by path_normalize.

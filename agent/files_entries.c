@@ -225,7 +225,7 @@ query_depth(struct http_request *req, int *depth, struct error *err)
 }
 
 void
-entries_route_list(struct http_request *req, void *arg)
+files_entries_route_list(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -261,7 +261,7 @@ entries_route_list(struct http_request *req, void *arg)
 /* Exists, delete, move, mkdir. */
 
 void
-entries_route_exists(struct http_request *req, void *arg)
+files_entries_route_exists(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -330,7 +330,7 @@ removal_done(void *arg)
 }
 
 void
-entries_route_delete(struct http_request *req, void *arg)
+files_entries_route_delete(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -397,7 +397,7 @@ is_inside(const char *rel, const char *dir)
 }
 
 void
-entries_route_move(struct http_request *req, void *arg)
+files_entries_route_move(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct created_dirs created = { 0 };
@@ -459,7 +459,7 @@ done:
 }
 
 void
-entries_route_mkdir(struct http_request *req, void *arg)
+files_entries_route_mkdir(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct created_dirs created = { 0 };
