@@ -3,7 +3,7 @@
  * --mcp-config, reached over stdio or HTTP, spoken to in JSON-RPC 2.0.
  *
  * Layers, bottom up:
- *   jsonrpc.c      ids, the pending calls and their timeouts, the peer's
+ *   mcp_jsonrpc.c  ids, the pending calls and their timeouts, the peer's
  *                  own requests and notifications; knows no transport.
  *   mcp_stdio.c    a child process: newline-delimited JSON on its stdin and
  *   mcp_http.c     stdout, its stderr into our log; or streamable HTTP (and
@@ -30,7 +30,7 @@
 struct agent;
 struct event_base;
 struct evbuffer;
-struct jsonrpc;
+struct mcp_jsonrpc;
 struct mcp_server;
 
 /* Largest message (stdio line, HTTP answer, SSE event) a server may send. */
@@ -41,9 +41,9 @@ struct mcp_server;
 /* Seconds a tools/call may take unless the request says "timeout". */
 #define MCP_CALL_TIMEOUT 300.0
 
-/* jsonrpc.c */
+/* mcp_jsonrpc.c */
 
-struct jsonrpc_peer {
+struct mcp_jsonrpc_peer {
 	/* Put one message on the wire; msg is borrowed. */
 	void (*send)(void *arg, json_t *msg);
 	/* A notification from the peer; params may be NULL. */
@@ -52,30 +52,34 @@ struct jsonrpc_peer {
 
 /* The end of one call: the result (borrowed) or err (502 an error answer
  * or lost peer, 400 a JSON-RPC "invalid params", 504 timeout). */
-typedef void (*jsonrpc_done_cb)(json_t *result, const struct error *err,
+typedef void (*mcp_jsonrpc_done_cb)(json_t *result, const struct error *err,
     void *arg);
 
 /* name is used in messages ("MCP server 'name' ..."). */
-struct jsonrpc *jsonrpc_new(struct event_base *base, const char *name,
-    const struct jsonrpc_peer *peer, void *arg);
+struct mcp_jsonrpc *mcp_jsonrpc_new(struct event_base *base, const char *name,
+    const struct mcp_jsonrpc_peer *peer, void *arg);
 /* Drops pending calls without calling them back: close first. */
-void jsonrpc_free(struct jsonrpc *rpc);
+void mcp_jsonrpc_free(struct mcp_jsonrpc *rpc);
 /* Send a request (params stolen, may be NULL). Returns its id, or -1 with
  * err when the peer is closed. done runs exactly once, never before this
  * returns, unless the call is cancelled. */
-int64_t jsonrpc_call(struct jsonrpc *rpc, const char *method, json_t *params,
-    double timeout, jsonrpc_done_cb done, void *arg, struct error *err);
+int64_t mcp_jsonrpc_call(struct mcp_jsonrpc *rpc, const char *method,
+    json_t *params, double timeout, mcp_jsonrpc_done_cb done, void *arg,
+    struct error *err);
 /* Send a notification (params stolen, may be NULL). */
-void jsonrpc_notify(struct jsonrpc *rpc, const char *method, json_t *params);
+void mcp_jsonrpc_notify(struct mcp_jsonrpc *rpc, const char *method,
+    json_t *params);
 /* Forget a pending call without calling it back, and tell the peer. */
-void jsonrpc_cancel(struct jsonrpc *rpc, int64_t id, const char *reason);
+void mcp_jsonrpc_cancel(struct mcp_jsonrpc *rpc, int64_t id,
+    const char *reason);
 /* A message (or batch) from the peer (borrowed). */
-void jsonrpc_receive(struct jsonrpc *rpc, json_t *msg);
+void mcp_jsonrpc_receive(struct mcp_jsonrpc *rpc, json_t *msg);
 /* The transport could not deliver the request with this id. */
-void jsonrpc_fail(struct jsonrpc *rpc, int64_t id, const struct error *err);
+void mcp_jsonrpc_fail(struct mcp_jsonrpc *rpc, int64_t id,
+    const struct error *err);
 /* The peer is gone: every pending call ends with err, later calls fail
  * with it. */
-void jsonrpc_close(struct jsonrpc *rpc, const struct error *err);
+void mcp_jsonrpc_close(struct mcp_jsonrpc *rpc, const struct error *err);
 
 /* Transports: created by mcp_server_start, freed with their server. */
 
@@ -152,7 +156,7 @@ struct mcp_server {
 	struct agent *agent;
 	int refs;
 	struct mcp_transport *transport;
-	struct jsonrpc *rpc;
+	struct mcp_jsonrpc *rpc;
 	double start_timeout;
 	char *protocol_version;		/* agreed in initialize */
 	int ready;			/* initialized and tools listed */
@@ -178,9 +182,9 @@ void mcp_server_stop(struct mcp_server *srv, const char *why);
 int mcp_server_list(struct mcp_server *srv, mcp_server_cb done, void *arg,
     struct error *err);
 int mcp_server_has_tool(struct mcp_server *srv, const char *tool);
-/* tools/call; as jsonrpc_call. arguments is borrowed. */
+/* tools/call; as mcp_jsonrpc_call. arguments is borrowed. */
 int64_t mcp_server_call(struct mcp_server *srv, const char *tool,
-    json_t *arguments, double timeout, jsonrpc_done_cb done, void *arg,
+    json_t *arguments, double timeout, mcp_jsonrpc_done_cb done, void *arg,
     struct error *err);
 void mcp_server_cancel(struct mcp_server *srv, int64_t id);
 

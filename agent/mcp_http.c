@@ -320,7 +320,7 @@ post_failed(struct post *p, const char *fmt, ...)
 		va_end(ap);
 	}
 	if (p->id >= 0)
-		jsonrpc_fail(t->srv->rpc, p->id, &err);
+		mcp_jsonrpc_fail(t->srv->rpc, p->id, &err);
 	else
 		log_warn("%s", err.msg);
 }

@@ -28,7 +28,7 @@ static const char *const protocol_versions[] = {
 static void server_send(void *arg, json_t *msg);
 static void server_notify(void *arg, const char *method, json_t *params);
 
-static const struct jsonrpc_peer server_peer = {
+static const struct mcp_jsonrpc_peer server_peer = {
 	.send = server_send,
 	.notify = server_notify,
 };
@@ -48,7 +48,7 @@ mcp_server_unref(struct mcp_server *srv)
 		srv->transport->ops->stop(srv->transport);
 		srv->transport->ops->free(srv->transport);
 	}
-	jsonrpc_free(srv->rpc);
+	mcp_jsonrpc_free(srv->rpc);
 	json_decref(srv->tools);
 	free(srv->protocol_version);
 	free(srv->name);
@@ -73,7 +73,7 @@ server_send(void *arg, json_t *msg)
 void
 mcp_server_receive(struct mcp_server *srv, json_t *msg)
 {
-	jsonrpc_receive(srv->rpc, msg);
+	mcp_jsonrpc_receive(srv->rpc, msg);
 }
 
 /* Ends the server: the transport stops, pending calls get err. */
@@ -85,7 +85,7 @@ server_end(struct mcp_server *srv, const struct error *err)
 	srv->gone = 1;
 	mcp_server_ref(srv);
 	srv->transport->ops->stop(srv->transport);
-	jsonrpc_close(srv->rpc, err);
+	mcp_jsonrpc_close(srv->rpc, err);
 	mcp_server_unref(srv);
 }
 
@@ -168,7 +168,7 @@ list_page(struct listing *l, const char *cursor, struct error *err)
 	if (cursor != NULL)
 		params = json_pack("{s:s}", "cursor", cursor);
 	l->pages++;
-	return jsonrpc_call(l->srv->rpc, "tools/list", params,
+	return mcp_jsonrpc_call(l->srv->rpc, "tools/list", params,
 	    l->srv->start_timeout, list_page_done, l, err) < 0 ? -1 : 0;
 }
 
@@ -333,7 +333,7 @@ initialized(json_t *result, const struct error *err, void *arg)
 	log_info("MCP server '%s' is %s %s", srv->name,
 	    text_or(json_object_get(info, "name"), "(unnamed)"),
 	    text_or(json_object_get(info, "version"), ""));
-	jsonrpc_notify(srv->rpc, "notifications/initialized", NULL);
+	mcp_jsonrpc_notify(srv->rpc, "notifications/initialized", NULL);
 	caps = json_object_get(result, "capabilities");
 	if (json_object_get(caps, "tools") == NULL) {
 		start_end(srv, NULL);	/* a server of prompts or resources */
@@ -358,7 +358,7 @@ mcp_server_start(struct agent *agent, const char *name, json_t *cfg,
 	    json_number_value(timeout) : MCP_START_TIMEOUT;
 	srv->started = started;
 	srv->started_arg = arg;
-	srv->rpc = jsonrpc_new(agent->base, name, &server_peer, srv);
+	srv->rpc = mcp_jsonrpc_new(agent->base, name, &server_peer, srv);
 	srv->transport = mcp_config_is_http(cfg) ?
 	    mcp_http_start(srv, cfg, err) : mcp_stdio_start(srv, cfg, err);
 	if (srv->transport == NULL) {
@@ -373,24 +373,24 @@ mcp_server_start(struct agent *agent, const char *name, json_t *cfg,
 	    "clientInfo", "name", "sandbox-agent", "version", VERSION);
 	mcp_server_ref(srv);	/* held by the start-up sequence */
 	/* Only a closed connection refuses a call, and this one is new. */
-	jsonrpc_call(srv->rpc, "initialize", params, srv->start_timeout,
+	mcp_jsonrpc_call(srv->rpc, "initialize", params, srv->start_timeout,
 	    initialized, srv, err);
 	return srv;
 }
 
 int64_t
 mcp_server_call(struct mcp_server *srv, const char *tool, json_t *arguments,
-    double timeout, jsonrpc_done_cb done, void *arg, struct error *err)
+    double timeout, mcp_jsonrpc_done_cb done, void *arg, struct error *err)
 {
 	json_t *params = json_pack("{s:s, s:O}", "name", tool,
 	    "arguments", arguments);
 
-	return jsonrpc_call(srv->rpc, "tools/call", params, timeout, done, arg,
+	return mcp_jsonrpc_call(srv->rpc, "tools/call", params, timeout, done, arg,
 	    err);
 }
 
 void
 mcp_server_cancel(struct mcp_server *srv, int64_t id)
 {
-	jsonrpc_cancel(srv->rpc, id, "the client went away");
+	mcp_jsonrpc_cancel(srv->rpc, id, "the client went away");
 }
