@@ -21,7 +21,7 @@
  *     a 504 and the server is told the call was cancelled, as it is when
  *     the client goes away; a server that died is a 502. The reference
  *     SDK's names and argument spellings that a server spells differently
- *     are mapped (tool_aliases.c) and listed beside the server's own.
+ *     are mapped (mcp_aliases.c) and listed beside the server's own.
  *
  * --mcp-config loads the same {"mcpServers": ...} at start, in the
  * background: a broken entry or a server that fails is logged, not fatal.
@@ -31,7 +31,7 @@
  */
 #include "agent.h"
 #include "mcp.h"
-#include "tool_aliases.h"
+#include "mcp_aliases.h"
 #include "toolset.h"
 
 #include <stdlib.h>
@@ -531,7 +531,7 @@ list_answer(struct refresh *r)
 		json_t *tools = json_object(), *aliases;
 
 		list_group(tools, srv->tools);
-		aliases = tool_alias_list(srv->tools);
+		aliases = mcp_aliases_list(srv->tools);
 		list_group(tools, aliases);
 		json_decref(aliases);
 		json_object_set_new(answer, srv->name, tools);
@@ -634,7 +634,7 @@ call_refreshed(struct refresh *r)
 	call_dispatch(r->arg);
 }
 
-/* A name of the reference SDK that no server offers (tool_aliases.c):
+/* A name of the reference SDK that no server offers (mcp_aliases.c):
  * the call goes to the tool it now is, if a server has that. */
 static struct mcp_server *
 call_alias(struct call *c)
@@ -643,7 +643,7 @@ call_alias(struct call *c)
 	const char *target;
 	json_t *mapped;
 
-	target = tool_alias_call(c->tool, c->arguments, &mapped);
+	target = mcp_aliases_call(c->tool, c->arguments, &mapped);
 	if (target != NULL)
 		srv = server_with_tool(c->agent, target);
 	if (srv == NULL) {
@@ -681,7 +681,7 @@ call_dispatch(struct call *c)
 		call_free(c);
 		return;
 	}
-	args = tool_alias_arguments(srv->tools, c->tool, c->arguments);
+	args = mcp_aliases_arguments(srv->tools, c->tool, c->arguments);
 	json_decref(c->arguments);
 	c->arguments = args;
 	c->id = mcp_server_call(srv, c->tool, c->arguments, c->timeout,

@@ -11,7 +11,8 @@
  *   mcp_url.c      the servers' urls.
  *   mcp_server.c   one server: the initialize handshake, the tool list
  *                  (paginated), calls, what happens when it dies.
- *   mcp.c          the registry of servers and the /mcp routes.
+ *   mcp.c          the registry of servers and the /mcp routes, with
+ *   mcp_aliases.c  the reference SDK's old tool and argument names.
  *
  * Everything runs on the agent's one event loop: calls to any number of
  * servers proceed side by side and never hold up other routes.
