@@ -9,8 +9,8 @@
  *   mcp_http.c     stdout, its stderr into our log; or streamable HTTP (and
  *   mcp_sse.c      the legacy HTTP+SSE transport), with an event parser;
  *   mcp_url.c      the servers' urls.
- *   mcp_server.c   one server: the initialize handshake, the tool list
- *                  (paginated), calls, what happens when it dies.
+ *   mcp_conn.c     one server connection: the initialize handshake, the
+ *                  tool list (paginated), calls, what happens when it dies.
  *   mcp.c          the registry of servers and the /mcp routes, with
  *   mcp_aliases.c  the reference SDK's old tool and argument names.
  *
@@ -32,7 +32,7 @@ struct agent;
 struct event_base;
 struct evbuffer;
 struct mcp_jsonrpc;
-struct mcp_server;
+struct mcp_conn;
 
 /* Largest message (stdio line, HTTP answer, SSE event) a server may send. */
 #define MCP_MESSAGE_MAX (64 * 1024 * 1024)
@@ -82,7 +82,7 @@ void mcp_jsonrpc_fail(struct mcp_jsonrpc *rpc, int64_t id,
  * with it. */
 void mcp_jsonrpc_close(struct mcp_jsonrpc *rpc, const struct error *err);
 
-/* Transports: created by mcp_server_start, freed with their server. */
+/* Transports: created by mcp_conn_start, freed with their server. */
 
 struct mcp_transport;
 
@@ -101,9 +101,9 @@ struct mcp_transport {
 
 /* cfg has been checked by mcp_config_check. NULL with err when the server
  * cannot even be started (no such command, bad address). */
-struct mcp_transport *mcp_stdio_start(struct mcp_server *srv, json_t *cfg,
+struct mcp_transport *mcp_stdio_start(struct mcp_conn *srv, json_t *cfg,
     struct error *err);
-struct mcp_transport *mcp_http_start(struct mcp_server *srv, json_t *cfg,
+struct mcp_transport *mcp_http_start(struct mcp_conn *srv, json_t *cfg,
     struct error *err);
 /* The HTTP part of mcp_config_check: url and headers. */
 int mcp_http_check(const char *name, json_t *cfg, struct error *err);
@@ -145,14 +145,14 @@ void sse_clear(struct sse *s);
 int sse_feed(struct sse *s, const char *data, size_t len, sse_event_cb cb,
     void *arg);
 
-/* mcp_server.c */
+/* mcp_conn.c */
 
-typedef void (*mcp_server_cb)(struct mcp_server *srv, const struct error *err,
+typedef void (*mcp_conn_cb)(struct mcp_conn *srv, const struct error *err,
     void *arg);
 
 /* Reference counted: the registry holds one, so does every operation in
- * flight; the last mcp_server_unref frees it (stopped by then). */
-struct mcp_server {
+ * flight; the last mcp_conn_unref frees it (stopped by then). */
+struct mcp_conn {
 	char *name;
 	struct agent *agent;
 	int refs;
@@ -164,36 +164,36 @@ struct mcp_server {
 	int gone;			/* stopped, or it died */
 	int refreshing;			/* a list_changed refresh in flight */
 	json_t *tools;			/* the last tools/list: array of tools */
-	mcp_server_cb started;
+	mcp_conn_cb started;
 	void *started_arg;
-	TAILQ_ENTRY(mcp_server) entry;	/* in the registry, when registered */
+	TAILQ_ENTRY(mcp_conn) entry;	/* in the registry, when registered */
 };
 
 /* Start a server and run the handshake; started(srv, err, arg) follows
  * once, later. NULL with err when it cannot start at all. The caller owns
  * the reference returned. */
-struct mcp_server *mcp_server_start(struct agent *agent, const char *name,
-    json_t *cfg, mcp_server_cb started, void *arg, struct error *err);
-void mcp_server_ref(struct mcp_server *srv);
-void mcp_server_unref(struct mcp_server *srv);
+struct mcp_conn *mcp_conn_start(struct agent *agent, const char *name,
+    json_t *cfg, mcp_conn_cb started, void *arg, struct error *err);
+void mcp_conn_ref(struct mcp_conn *srv);
+void mcp_conn_unref(struct mcp_conn *srv);
 /* Stop it for good; calls in flight end with an error saying why. */
-void mcp_server_stop(struct mcp_server *srv, const char *why);
+void mcp_conn_stop(struct mcp_conn *srv, const char *why);
 /* Fetch the tool list again (all pages) into srv->tools; done follows
  * once, later. -1 with err when the server is gone. */
-int mcp_server_list(struct mcp_server *srv, mcp_server_cb done, void *arg,
+int mcp_conn_list(struct mcp_conn *srv, mcp_conn_cb done, void *arg,
     struct error *err);
-int mcp_server_has_tool(struct mcp_server *srv, const char *tool);
+int mcp_conn_has_tool(struct mcp_conn *srv, const char *tool);
 /* tools/call; as mcp_jsonrpc_call. arguments is borrowed. */
-int64_t mcp_server_call(struct mcp_server *srv, const char *tool,
+int64_t mcp_conn_call(struct mcp_conn *srv, const char *tool,
     json_t *arguments, double timeout, mcp_jsonrpc_done_cb done, void *arg,
     struct error *err);
-void mcp_server_cancel(struct mcp_server *srv, int64_t id);
+void mcp_conn_cancel(struct mcp_conn *srv, int64_t id);
 
 /* For transports. */
-void mcp_server_receive(struct mcp_server *srv, json_t *msg);
+void mcp_conn_receive(struct mcp_conn *srv, json_t *msg);
 /* The server died or its connection broke beyond repair (why: 502). */
-void mcp_server_lost(struct mcp_server *srv, const struct error *why);
-struct event_base *mcp_server_base(struct mcp_server *srv);
+void mcp_conn_lost(struct mcp_conn *srv, const struct error *why);
+struct event_base *mcp_conn_base(struct mcp_conn *srv);
 
 /* mcp.c */
 
