@@ -334,7 +334,7 @@ setup(int argc, char **argv)
 		return 2;
 	}
 	run_as_check(&agent);
-	if (tools_setup(&agent, agent.cfg.tools, &err) < 0) {
+	if (toolset_setup(&agent, agent.cfg.tools, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
@@ -448,7 +448,7 @@ main(int argc, char **argv)
 	event_base_dispatch(agent.base);
 	work_pool_free(agent.io_pool);
 	gitops_routes_shutdown();
-	tools_shutdown();
+	toolset_shutdown();
 	desktop_free(&agent);
 	files_staged_sweep_shutdown();
 	return 0;

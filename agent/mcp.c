@@ -179,7 +179,7 @@ mcp_config_check(struct agent *agent, const char *name, json_t *cfg,
 		error_set(err, 400, "an MCP server name must not be empty");
 		return -1;
 	}
-	if (tools_group(agent, name) != NULL) {
+	if (toolset_group(agent, name) != NULL) {
 		error_set(err, 409, "MCP server '%s': the name is taken by the "
 		    "native tool group of that name", name);
 		return -1;
@@ -514,7 +514,7 @@ list_group(json_t *group, json_t *list)
 
 		if (json_object_get(group, name) != NULL)
 			continue;	/* listed twice: the first wins */
-		json_object_set_new(group, name, tools_list_entry(name,
+		json_object_set_new(group, name, toolset_list_entry(name,
 		    json_string_value(json_object_get(t, "description")),
 		    json_object_get(t, "inputSchema")));
 	}
@@ -526,7 +526,7 @@ list_answer(struct refresh *r)
 	struct mcp_conn *srv;
 	json_t *answer = json_object();
 
-	tools_list_native(r->agent, answer);
+	toolset_list_native(r->agent, answer);
 	TAILQ_FOREACH(srv, &r->agent->mcp->servers, entry) {
 		json_t *tools = json_object(), *aliases;
 
@@ -584,7 +584,7 @@ call_done(json_t *result, const struct error *err, void *arg)
 		    "tools/call with something that is not a result",
 		    c->srv->name);
 	} else {
-		tools_result_normalize(result);
+		toolset_result_normalize(result);
 		http_reply_json(c->req, 200, json_incref(result));
 	}
 	call_free(c);
@@ -659,13 +659,13 @@ call_alias(struct call *c)
 static void
 call_dispatch(struct call *c)
 {
-	const struct tool *native = tools_find(c->agent, c->tool);
+	const struct tool *native = toolset_find(c->agent, c->tool);
 	struct mcp_conn *srv;
 	struct error err = { 0 };
 	json_t *args;
 
 	if (native != NULL) {
-		tools_call(c->agent, native, c->arguments, native_done, c);
+		toolset_call(c->agent, native, c->arguments, native_done, c);
 		return;
 	}
 	srv = server_with_tool(c->agent, c->tool);

@@ -110,7 +110,7 @@ setup(void)
 	spawn_init(agent.base);
 	gitops_routes_init(&agent);
 	mcp_init(&agent);
-	if (tools_setup(&agent, "filesystem", &err) < 0)
+	if (toolset_setup(&agent, "filesystem", &err) < 0)
 		abort();
 	all = agent_routes(&n);
 	for (size_t i = 0; i < n && nroutes < 32; i++) {
