@@ -150,9 +150,10 @@ void kernel_prewarm(struct agent *agent);
 struct sock_fprog *confine_build(struct error *err);
 void confine_free(struct sock_fprog *prog);
 
-/* An MCP CallToolResult with one text item per (text, description) pair;
- * isError as given. New reference. */
-json_t *agent_tool_result(int is_error, size_t n, const char *const *texts,
+/* tool_result.c: the MCP CallToolResult shape the reference answers tool
+ * calls with. One text item per (text, description) pair; isError as
+ * given. New reference. */
+json_t *tool_result_new(int is_error, size_t n, const char *const *texts,
     const size_t *lens, const char *const *descriptions);
 
 struct evbuffer;
@@ -162,12 +163,12 @@ struct evbuffer;
  * reads, so a 16 MiB output never exists twice in memory. isError as given.
  * done(arg) runs when the answer is out or the client left; the buffers
  * must live until then. */
-void agent_tool_result_stream(struct http_request *req, int is_error,
+void tool_result_stream(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     void (*done)(void *arg), void *arg);
 /* The same with more content items (an array of objects: images) after the
  * text items; extra is referenced until done. */
-void agent_tool_result_stream_items(struct http_request *req, int is_error,
+void tool_result_stream_items(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     json_t *extra, void (*done)(void *arg), void *arg);
 

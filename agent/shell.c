@@ -132,7 +132,7 @@ plain_exit(struct spawn *sp, int status, void *arg)
 	run->bufs[0] = out;
 	run->bufs[1] = has_err ? err : run->rc;
 	run->bufs[2] = run->rc;
-	agent_tool_result_stream(run->req, has_err, has_err ? 3 : 2, run->bufs,
+	tool_result_stream(run->req, has_err, has_err ? 3 : 2, run->bufs,
 	    has_err ? descs_all : descs_quiet, plain_done, run);
 }
 
