@@ -33,7 +33,7 @@
 #include "agent.h"
 #include "spawn.h"
 #include "vnc.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define DESKTOP_PROBE_MS 50

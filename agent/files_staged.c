@@ -36,7 +36,7 @@
 #include "fdio.h"
 #include "log.h"
 #include "token.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define HIDDEN_PREFIX	".sandbox-upload-"

@@ -13,7 +13,7 @@
  * The workspace root itself is the repository (no search upwards, so a
  * workspace inside some other checkout never commits into it); when it is
  * not one yet, the first git request initialises it. Every operation runs
- * on one worker thread (common/work.c), so a commit of a large tree does
+ * on one worker thread (work_queue.c), so a commit of a large tree does
  * not stall /healthz or the shell, and operations on the repository happen
  * one at a time, in the order they came. The repository is opened afresh
  * for each operation: shell commands may run git between two requests.
@@ -35,7 +35,7 @@
 #include "gitops_internal.h"
 #include "json_util.h"
 #include "log.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define DEFAULT_MESSAGE "Automated commit"

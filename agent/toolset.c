@@ -8,7 +8,7 @@
  * enabled at start, before any server exists, so this is simply "the first
  * registered wins"; each group is listed as one more server named after it.
  *
- * A call runs on a worker thread (common/work.h), so that a tree of a
+ * A call runs on a worker thread (work_queue.c), so that a tree of a
  * million files or a file of a gigabyte holds up no other request; the
  * tools share nothing but the workspace's root descriptor, so calls run
  * side by side on up to TOOLSET_WORKERS threads.
@@ -24,7 +24,7 @@
 #include <event2/event.h>
 
 #include "log.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define TOOLSET_WORKERS 4
