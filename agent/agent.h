@@ -16,6 +16,7 @@ struct desktop;
 struct event_base;
 struct mcp;
 struct sock_fprog;
+struct spawn_options;
 struct tool_group;
 struct kernel;
 struct work_pool;
@@ -149,6 +150,14 @@ void kernel_prewarm(struct agent *agent);
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);
 void confine_free(struct sock_fprog *prog);
+/* Reset opts to the confinement of every program the agent runs for the
+ * sandbox's user: the workspace as its directory, its own process group
+ * (so its whole tree can be ended), the seccomp program, the --run-as
+ * user and the commands' environment (ours minus secrets). The caller
+ * adds argv, stdio and the rest; it may give its own environment built
+ * from agent->child_env, or a user of its own that is never root. */
+void confine_spawn_options(const struct agent *agent,
+    struct spawn_options *opts);
 
 /* tool_result.c: the MCP CallToolResult shape the reference answers tool
  * calls with. One text item per (text, description) pair; isError as

@@ -395,7 +395,7 @@ mcp_stdio_start(struct mcp_conn *srv, json_t *cfg, struct error *err)
 {
 	struct agent *agent = srv->agent;
 	json_t *args = json_object_get(cfg, "args"), *arg;
-	struct spawn_options opts = { 0 };
+	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
 	struct stdio_transport *t;
 	const char *path = NULL, **argv;
@@ -422,16 +422,11 @@ mcp_stdio_start(struct mcp_conn *srv, json_t *cfg, struct error *err)
 	t->srv = srv;
 	t->errline = evbuffer_new();
 	t->rate = (struct log_rate)LOG_RATE_INIT(LOG_INTERVAL, LOG_BURST);
+	confine_spawn_options(agent, &opts);
+	opts.envp = (const char *const *)env;	/* child_env with "env" merged */
 	opts.argv = argv;
-	opts.envp = (const char *const *)env;
-	opts.cwd = agent->ws.root;
 	opts.stdio[0] = opts.stdio[1] = SPAWN_PIPE;
 	opts.stdio[2] = SPAWN_CAPTURE;
-	opts.new_group = 1;
-	opts.seccomp = agent->confine;
-	opts.set_ids = agent->drop_ids;
-	opts.uid = agent->uid;
-	opts.gid = agent->gid;
 	cb.on_output = stderr_cb;
 	cb.on_exit = exited_cb;
 	t->sp = spawn_start(agent->base, &opts, &cb, t, err);
