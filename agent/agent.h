@@ -1,6 +1,15 @@
 /*
  * sandbox-agent: the HTTP API of one sandbox. One event loop; each route
  * group lives in its own file and registers its handlers in routes.c.
+ *
+ * Every file of a subsystem carries its prefix: files_* the /workspace
+ * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
+ * routes, mcp_* the MCP client, kernel* the IPython kernel, desktop_*,
+ * vnc_* and computer_* the display and computer use. toolset.c and
+ * tool_result.c hold what native and MCP tools share; confine.c what
+ * confines every child; path.c resolves workspace paths, multipart.c
+ * parses uploads, work_queue.c and work_pool.c run blocking jobs off the
+ * loop. Code sandboxd uses too lives in common/.
  */
 #ifndef AGENT_H
 #define AGENT_H
