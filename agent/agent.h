@@ -1,6 +1,15 @@
 /*
  * sandbox-agent: the HTTP API of one sandbox. One event loop; each route
  * group lives in its own file and registers its handlers in routes.c.
+ *
+ * Every file of a subsystem carries its prefix: files_* the /workspace
+ * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
+ * routes, mcp_* the MCP client, kernel* the IPython kernel, desktop_*,
+ * vnc_* and computer_* the display and computer use. toolset.c and
+ * tool_result.c hold what native and MCP tools share; confine.c what
+ * confines every child; path.c resolves workspace paths, multipart.c
+ * parses uploads, work_queue.c and work_pool.c run blocking jobs off the
+ * loop. Code sandboxd uses too lives in common/.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -16,6 +25,7 @@ struct desktop;
 struct event_base;
 struct mcp;
 struct sock_fprog;
+struct spawn_options;
 struct tool_group;
 struct kernel;
 struct work_pool;
@@ -88,24 +98,24 @@ void run_as_files(const struct agent *agent);
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 
-/* git.c: the /watcher routes. git_routes_init runs once at start, after
- * the event loop exists; the repository itself is opened (and created
- * when missing) by the first git request. git_routes_shutdown, after the
- * loop ended, waits for the git operation under way. */
-void git_routes_init(struct agent *agent);
-void git_routes_shutdown(void);
-void git_route_commit(struct http_request *req, void *arg);
-void git_route_diff(struct http_request *req, void *arg);
-void git_route_logs(struct http_request *req, void *arg);
-/* files.c, files_batch.c, entries.c: the /workspace routes. */
+/* gitops.c: the /watcher routes. gitops_routes_init runs once at start,
+ * after the event loop exists; the repository itself is opened (and
+ * created when missing) by the first git request. gitops_routes_shutdown,
+ * after the loop ended, waits for the git operation under way. */
+void gitops_routes_init(struct agent *agent);
+void gitops_routes_shutdown(void);
+void gitops_route_commit(struct http_request *req, void *arg);
+void gitops_route_diff(struct http_request *req, void *arg);
+void gitops_route_logs(struct http_request *req, void *arg);
+/* files.c, files_batch.c, files_entries.c: the /workspace routes. */
 void files_route_get(struct http_request *req, void *arg);
 void files_route_put(struct http_request *req, void *arg);
 void files_batch_route(struct http_request *req, void *arg);
-void entries_route_list(struct http_request *req, void *arg);
-void entries_route_exists(struct http_request *req, void *arg);
-void entries_route_delete(struct http_request *req, void *arg);
-void entries_route_move(struct http_request *req, void *arg);
-void entries_route_mkdir(struct http_request *req, void *arg);
+void files_entries_route_list(struct http_request *req, void *arg);
+void files_entries_route_exists(struct http_request *req, void *arg);
+void files_entries_route_delete(struct http_request *req, void *arg);
+void files_entries_route_move(struct http_request *req, void *arg);
+void files_entries_route_mkdir(struct http_request *req, void *arg);
 /* mcp.c: the MCP client's servers and routes. */
 void mcp_init(struct agent *agent);
 /* Start the servers of an {"mcpServers": ...} file in the background;
@@ -149,10 +159,19 @@ void kernel_prewarm(struct agent *agent);
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);
 void confine_free(struct sock_fprog *prog);
+/* Reset opts to the confinement of every program the agent runs for the
+ * sandbox's user: the workspace as its directory, its own process group
+ * (so its whole tree can be ended), the seccomp program, the --run-as
+ * user and the commands' environment (ours minus secrets). The caller
+ * adds argv, stdio and the rest; it may give its own environment built
+ * from agent->child_env, or a user of its own that is never root. */
+void confine_spawn_options(const struct agent *agent,
+    struct spawn_options *opts);
 
-/* An MCP CallToolResult with one text item per (text, description) pair;
- * isError as given. New reference. */
-json_t *agent_tool_result(int is_error, size_t n, const char *const *texts,
+/* tool_result.c: the MCP CallToolResult shape the reference answers tool
+ * calls with. One text item per (text, description) pair; isError as
+ * given. New reference. */
+json_t *tool_result_new(int is_error, size_t n, const char *const *texts,
     const size_t *lens, const char *const *descriptions);
 
 struct evbuffer;
@@ -162,12 +181,12 @@ struct evbuffer;
  * reads, so a 16 MiB output never exists twice in memory. isError as given.
  * done(arg) runs when the answer is out or the client left; the buffers
  * must live until then. */
-void agent_tool_result_stream(struct http_request *req, int is_error,
+void tool_result_stream(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     void (*done)(void *arg), void *arg);
 /* The same with more content items (an array of objects: images) after the
  * text items; extra is referenced until done. */
-void agent_tool_result_stream_items(struct http_request *req, int is_error,
+void tool_result_stream_items(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     json_t *extra, void (*done)(void *arg), void *arg);
 

@@ -14,6 +14,11 @@
  * in kernel threads this filter does not see (libuv, liburing, Python
  * and the rest fall back to plain system calls). System calls of other
  * ABIs (32-bit x86, x32) fail with EPERM.
+ *
+ * confine_spawn_options is the one place that sets what confines a child
+ * (the filter, the user, the process group, the environment): shell
+ * commands, the IPython kernel, stdio MCP servers and desktop programs all
+ * start from it, so a new setting cannot be forgotten in one of them.
  */
 #include "agent.h"
 
@@ -29,6 +34,7 @@
 
 #include <seccomp.h>
 
+#include "spawn.h"
 #include "xmalloc.h"
 
 static const char *const denied[] = {
@@ -152,4 +158,17 @@ confine_free(struct sock_fprog *prog)
 		return;
 	free(prog->filter);
 	free(prog);
+}
+
+void
+confine_spawn_options(const struct agent *agent, struct spawn_options *opts)
+{
+	memset(opts, 0, sizeof *opts);
+	opts->envp = (const char *const *)agent->child_env;
+	opts->cwd = agent->ws.root;
+	opts->new_group = 1;
+	opts->seccomp = agent->confine;
+	opts->set_ids = agent->drop_ids;
+	opts->uid = agent->uid;
+	opts->gid = agent->gid;
 }

@@ -33,7 +33,7 @@
 #include "agent.h"
 #include "spawn.h"
 #include "vnc.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define DESKTOP_PROBE_MS 50
@@ -255,21 +255,21 @@ start_program(struct desktop_program *p)
 {
 	struct desktop *d = p->d;
 	struct agent *agent = d->agent;
-	struct spawn_options o = { 0 };
+	struct spawn_options o;
 	struct spawn_callbacks cb = { 0 };
 	struct error err = { 0 };
 
-	o.argv = (const char *const *)p->argv;
+	confine_spawn_options(agent, &o);
+	/* The program's own environment (program_env: child_env with its
+	 * config's additions) and user (program_user: never root). */
 	o.envp = (const char *const *)p->envp;
-	o.cwd = agent->ws.root;
-	o.stdio[0] = SPAWN_NULL;
-	o.stdio[1] = SPAWN_CAPTURE;
-	o.stdio[2] = SPAWN_CAPTURE;
-	o.new_group = 1;
-	o.seccomp = agent->confine;
 	o.set_ids = p->set_ids;
 	o.uid = p->uid;
 	o.gid = p->gid;
+	o.argv = (const char *const *)p->argv;
+	o.stdio[0] = SPAWN_NULL;
+	o.stdio[1] = SPAWN_CAPTURE;
+	o.stdio[2] = SPAWN_CAPTURE;
 	cb.on_output = output_cb;
 	cb.on_exit = exit_cb;
 	p->started = now();

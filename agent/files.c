@@ -9,7 +9,9 @@
  * its size, and neither waits for the disk on the event loop.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_ops.h"
+#include "files_staged.h"
+#include "files_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -315,7 +317,7 @@ struct upload {
 	int parentfd;
 	struct created_dirs created;
 	struct staged_file file;
-	struct disk_writer *writer;
+	struct files_writer *writer;
 	uint64_t received;
 	int paused;
 	int body_done;
@@ -324,9 +326,9 @@ struct upload {
 static void
 upload_free(struct upload *up)
 {
-	disk_writer_free(up->writer);
-	staged_discard(&up->file);
-	fsops_created_free(&up->created);
+	files_writer_free(up->writer);
+	files_staged_discard(&up->file);
+	files_ops_created_free(&up->created);
 	if (up->parentfd >= 0)
 		close(up->parentfd);
 	free(up->rel);
@@ -341,13 +343,13 @@ upload_fail(struct upload *up, const struct error *err)
 
 	/* The writer may be amid a write to the file: it closes it. */
 	if (up->writer != NULL && up->file.fd >= 0) {
-		disk_writer_close(up->writer, up->file.fd);
+		files_writer_close(up->writer, up->file.fd);
 		up->file.fd = -1;
 	}
-	disk_writer_free(up->writer);
+	files_writer_free(up->writer);
 	up->writer = NULL;
-	staged_discard(&up->file);
-	fsops_created_undo(up->agent, &up->created);
+	files_staged_discard(&up->file);
+	files_ops_created_undo(up->agent, &up->created);
 	upload_free(up);
 	http_reply_err(req, err);
 }
@@ -359,7 +361,7 @@ upload_finish(struct upload *up)
 	struct error err = { 0 };
 	struct stat st;
 	json_t *info;
-	int e = disk_writer_error(up->writer);
+	int e = files_writer_error(up->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", up->rel);
@@ -367,14 +369,14 @@ upload_finish(struct upload *up)
 		return;
 	}
 	/* Everything is written: the thread holds on to nothing of ours. */
-	disk_writer_free(up->writer);
+	files_writer_free(up->writer);
 	up->writer = NULL;
-	if (staged_commit(&up->file, up->agent, up->parentfd, up->base,
+	if (files_staged_commit(&up->file, up->agent, up->parentfd, up->base,
 	    up->rel, &st, &err) < 0) {
 		upload_fail(up, &err);
 		return;
 	}
-	info = fsops_entry_json(up->agent, up->rel, &st);
+	info = files_ops_entry_json(up->agent, up->rel, &st);
 	upload_free(up);
 	http_reply_json(req, 200, info);
 }
@@ -384,7 +386,7 @@ upload_writer_cb(void *arg)
 {
 	struct upload *up = arg;
 	struct error err = { 0 };
-	int e = disk_writer_error(up->writer);
+	int e = files_writer_error(up->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", up->rel);
@@ -395,7 +397,7 @@ upload_writer_cb(void *arg)
 		up->paused = 0;
 		http_request_resume_body(up->req);
 	}
-	if (up->body_done && disk_writer_flush(up->writer))
+	if (up->body_done && files_writer_flush(up->writer))
 		upload_finish(up);
 }
 
@@ -406,7 +408,7 @@ upload_data_cb(struct http_request *req, const char *data, size_t len,
 	struct upload *up = arg;
 	size_t limit = up->agent->cfg.max_upload;
 	struct error err = { 0 };
-	int e = disk_writer_error(up->writer);
+	int e = files_writer_error(up->writer);
 
 	up->received += len;
 	if (limit > 0 && up->received > limit)
@@ -418,7 +420,7 @@ upload_data_cb(struct http_request *req, const char *data, size_t len,
 		upload_fail(up, &err);
 		return -1;
 	}
-	switch (disk_writer_write(up->writer, up->file.fd, data, len, &err)) {
+	switch (files_writer_write(up->writer, up->file.fd, data, len, &err)) {
 	case -1:
 		upload_fail(up, &err);
 		return -1;
@@ -437,7 +439,7 @@ upload_end_cb(struct http_request *req, void *arg)
 
 	(void)req;
 	up->body_done = 1;
-	if (disk_writer_flush(up->writer))
+	if (files_writer_flush(up->writer))
 		upload_finish(up);
 }
 
@@ -489,16 +491,16 @@ files_route_put(struct http_request *req, void *arg)
 	up->agent = agent;
 	up->req = req;
 	up->parentfd = -1;
-	staged_init(&up->file);
+	files_staged_init(&up->file);
 	if (query_path(agent, req, &rel, &err) < 0 ||
-	    fsops_follow_links(agent, rel, &up->rel, &err) < 0)
+	    files_ops_follow_links(agent, rel, &up->rel, &err) < 0)
 		goto fail;
 	if (agent->cfg.max_upload > 0 && length > (int64_t)agent->cfg.max_upload) {
 		error_set(&err, 413, "upload too large: %lld bytes, the limit "
 		    "is %zu", (long long)length, agent->cfg.max_upload);
 		goto fail;
 	}
-	up->parentfd = fsops_open_parent(agent, up->rel, &up->created,
+	up->parentfd = files_ops_open_parent(agent, up->rel, &up->created,
 	    &up->base, &err);
 	if (up->parentfd < 0)
 		goto fail;
@@ -508,10 +510,10 @@ files_route_put(struct http_request *req, void *arg)
 		goto fail;
 	}
 	if (check_space(up->parentfd, length, up->rel, &err) < 0 ||
-	    staged_create(&up->file, up->parentfd, 0, up->rel, &err) < 0)
+	    files_staged_create(&up->file, up->parentfd, 0, up->rel, &err) < 0)
 		goto fail;
 	free(rel);
-	up->writer = disk_writer_new(agent->base, upload_writer_cb, up);
+	up->writer = files_writer_new(agent->base, upload_writer_cb, up);
 	http_request_on_body(req, upload_data_cb, upload_end_cb, up);
 	http_request_on_close(req, upload_gone, up);
 	return;

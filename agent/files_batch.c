@@ -14,7 +14,9 @@
  * behind.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_ops.h"
+#include "files_staged.h"
+#include "files_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,7 +59,7 @@ struct batch {
 	struct agent *agent;
 	struct http_request *req;
 	struct multipart *mp;
-	struct disk_writer *writer;
+	struct files_writer *writer;
 	int rootfd;			/* the workspace root */
 	struct staged_dir stage;	/* in the root: where parts are staged */
 	struct batch_dir *dirs;
@@ -78,9 +80,9 @@ struct batch {
 static void
 batch_free(struct batch *b)
 {
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	for (size_t i = 0; i < b->nfiles; i++) {
-		staged_discard(&b->files[i].staged);
+		files_staged_discard(&b->files[i].staged);
 		free(b->files[i].filename);
 		free(b->files[i].rel);
 	}
@@ -95,8 +97,8 @@ batch_free(struct batch *b)
 	free(b->paths);
 	if (b->mp != NULL)
 		multipart_free(b->mp);
-	fsops_created_free(&b->created);
-	staged_dir_remove(&b->stage);
+	files_ops_created_free(&b->created);
+	files_staged_dir_remove(&b->stage);
 	if (b->rootfd >= 0)
 		close(b->rootfd);
 	free(b);
@@ -112,14 +114,14 @@ batch_fail(struct batch *b, const struct error *err)
 	    &b->files[b->nfiles - 1].staged : NULL;
 
 	if (b->writer != NULL && last != NULL && last->fd >= 0) {
-		disk_writer_close(b->writer, last->fd);
+		files_writer_close(b->writer, last->fd);
 		last->fd = -1;
 	}
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	b->writer = NULL;
 	for (size_t i = 0; i < b->nfiles; i++)
-		staged_discard(&b->files[i].staged);
-	fsops_created_undo(b->agent, &b->created);
+		files_staged_discard(&b->files[i].staged);
+	files_ops_created_undo(b->agent, &b->created);
 	batch_free(b);
 	http_reply_err(req, err);
 }
@@ -150,11 +152,11 @@ part_begin(const struct multipart_part *part, void *arg, struct error *err)
 	f = &b->files[b->nfiles++];
 	memset(f, 0, sizeof *f);
 	f->filename = part->filename != NULL ? xstrdup(part->filename) : NULL;
-	staged_init(&f->staged);
+	files_staged_init(&f->staged);
 	b->part = PART_FILE;
-	if (b->stage.fd < 0 && staged_dir_create(&b->stage, b->rootfd, err) < 0)
+	if (b->stage.fd < 0 && files_staged_dir_create(&b->stage, b->rootfd, err) < 0)
 		return -1;
-	return staged_create(&f->staged, b->stage.fd, 1,
+	return files_staged_create(&f->staged, b->stage.fd, 1,
 	    f->filename != NULL ? f->filename : "a file part", err);
 }
 
@@ -165,7 +167,7 @@ part_data(const char *data, size_t len, void *arg, struct error *err)
 
 	switch (b->part) {
 	case PART_FILE:
-		switch (disk_writer_write(b->writer,
+		switch (files_writer_write(b->writer,
 		    b->files[b->nfiles - 1].staged.fd, data, len, err)) {
 		case -1:
 			return -1;
@@ -202,7 +204,7 @@ part_end(void *arg, struct error *err)
 		/* The writer closes it after its data, which keeps one
 		 * descriptor per batch however many files it holds. */
 		s = &b->files[b->nfiles - 1].staged;
-		disk_writer_close(b->writer, s->fd);
+		files_writer_close(b->writer, s->fd);
 		s->fd = -1;
 		break;
 	case PART_PATH:
@@ -242,7 +244,7 @@ target_dir(struct batch *b, const char *rel, const char **base,
 		    strncmp(b->dirs[i].rel, rel, len) == 0)
 			return b->dirs[i].fd;
 	}
-	fd = fsops_open_parent(b->agent, rel, &b->created, base, err);
+	fd = files_ops_open_parent(b->agent, rel, &b->created, base, err);
 	if (fd < 0)
 		return -1;
 	b->dirs = xreallocarray(b->dirs, b->ndirs + 1, sizeof *b->dirs);
@@ -271,7 +273,7 @@ place(struct batch *b, size_t i, struct error *err)
 	}
 	if (path_normalize(&b->agent->ws, target, &rel, err) < 0)
 		return -1;
-	rc = fsops_follow_links(b->agent, rel, &f->rel, err);
+	rc = files_ops_follow_links(b->agent, rel, &f->rel, err);
 	free(rel);
 	if (rc < 0)
 		return -1;
@@ -284,8 +286,8 @@ place(struct batch *b, size_t i, struct error *err)
 		error_set(err, 409, "%s is a directory", f->rel);
 		return -1;
 	}
-	if (!staged_same_mount(b->stage.fd, dirfd))
-		return staged_copy_to(&f->staged, dirfd, f->rel, err);
+	if (!files_staged_same_mount(b->stage.fd, dirfd))
+		return files_staged_copy_to(&f->staged, dirfd, f->rel, err);
 	return 0;
 }
 
@@ -303,14 +305,14 @@ batch_finish(struct batch *b)
 	struct http_request *req = b->req;
 	struct error err = { 0 };
 	json_t *infos;
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", "an uploaded file");
 		batch_fail(b, &err);
 		return;
 	}
-	disk_writer_free(b->writer);
+	files_writer_free(b->writer);
 	b->writer = NULL;
 	if (b->npaths > 0 && b->npaths != b->nfiles) {
 		error_set(&err, 400, "%zu 'paths' fields for %zu 'files' parts: "
@@ -330,7 +332,7 @@ batch_finish(struct batch *b)
 		struct batch_file *f = &b->files[i];
 		struct stat st;
 
-		if (staged_commit(&f->staged, b->agent, f->dirfd,
+		if (files_staged_commit(&f->staged, b->agent, f->dirfd,
 		    last_component(f->rel), f->rel, &st, &err) < 0) {
 			log_warn("batch upload: %zu of %zu files were written "
 			    "before: %s", i, b->nfiles, err.msg);
@@ -338,7 +340,7 @@ batch_finish(struct batch *b)
 			batch_fail(b, &err);
 			return;
 		}
-		json_array_append_new(infos, fsops_entry_json(b->agent, f->rel,
+		json_array_append_new(infos, files_ops_entry_json(b->agent, f->rel,
 		    &st));
 	}
 	batch_free(b);
@@ -352,7 +354,7 @@ batch_writer_cb(void *arg)
 {
 	struct batch *b = arg;
 	struct error err = { 0 };
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	if (e != 0) {
 		path_error(&err, e, "write", "an uploaded file");
@@ -363,7 +365,7 @@ batch_writer_cb(void *arg)
 		b->paused = 0;
 		http_request_resume_body(b->req);
 	}
-	if (b->body_done && disk_writer_flush(b->writer))
+	if (b->body_done && files_writer_flush(b->writer))
 		batch_finish(b);
 }
 
@@ -374,7 +376,7 @@ batch_data_cb(struct http_request *req, const char *data, size_t len,
 	struct batch *b = arg;
 	size_t limit = b->agent->cfg.max_upload;
 	struct error err = { 0 };
-	int e = disk_writer_error(b->writer);
+	int e = files_writer_error(b->writer);
 
 	(void)req;
 	b->received += len;
@@ -402,7 +404,7 @@ batch_end_cb(struct http_request *req, void *arg)
 		return;
 	}
 	b->body_done = 1;
-	if (disk_writer_flush(b->writer))
+	if (files_writer_flush(b->writer))
 		batch_finish(b);
 }
 
@@ -431,7 +433,7 @@ files_batch_route(struct http_request *req, void *arg)
 	b->agent = agent;
 	b->req = req;
 	b->rootfd = -1;
-	staged_dir_init(&b->stage);
+	files_staged_dir_init(&b->stage);
 	boundary = multipart_boundary(http_request_header(req, "Content-Type"),
 	    &err);
 	if (boundary == NULL)
@@ -453,7 +455,7 @@ files_batch_route(struct http_request *req, void *arg)
 		    (unsigned long long)sv.f_bavail * sv.f_frsize);
 		goto fail;
 	}
-	b->writer = disk_writer_new(agent->base, batch_writer_cb, b);
+	b->writer = files_writer_new(agent->base, batch_writer_cb, b);
 	http_request_on_body(req, batch_data_cb, batch_end_cb, b);
 	http_request_on_close(req, batch_gone, b);
 	return;

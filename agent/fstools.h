@@ -132,7 +132,7 @@ json_t *fs_tool_list_allowed_directories(const struct workspace *ws,
 char *fs_unified_diff(const char *name, const char *a, size_t alen,
     const char *b, size_t blen);
 
-/* fsglob.c: minimatch(path, pattern, {dot: true}) for the patterns people
+/* fstools_glob.c: minimatch(path, pattern, {dot: true}) for the patterns people
  * write: *, **, ?, [...] classes, {a,b} and {1..3} braces, \ escapes,
  * leading ! negation and # comments. Extglobs (+(a|b) ...) are matched
  * literally. Freed with fs_glob_free. */

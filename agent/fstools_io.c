@@ -12,10 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
+#include "token.h"
 #include "xmalloc.h"
 
 void
@@ -231,16 +232,11 @@ int
 fs_replace_file(const struct workspace *ws, const struct fs_path *p,
     const char *data, size_t len, int mode, char **msg)
 {
-	unsigned char rnd[16];
-	char hex[33], *tmp, *tmp_real;
+	char hex[TOKEN_HEX_LEN], *tmp, *tmp_real;
 	const char *base;
 	int dirfd, fd, e = 0, ret = -1;
-	size_t off = 0;
 
-	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-		memset(rnd, 0, sizeof rnd);
-	for (size_t i = 0; i < sizeof rnd; i++)
-		snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+	token_random_hex(hex);
 	tmp_real = xasprintf("%s.%s.tmp", p->real, hex);
 	dirfd = fs_open_parent(ws, p->rel, &base);
 	if (dirfd < 0) {
@@ -255,17 +251,8 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 		*msg = fs_msg_errno(errno, "open", tmp_real, NULL);
 		goto out;
 	}
-	while (off < len) {
-		ssize_t n = write(fd, data + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			e = errno;
-			break;
-		}
-		off += (size_t)n;
-	}
+	if (fdio_write_all(fd, data, len) < 0)
+		e = errno;
 	/* The mode goes on before the rename, so the file never shows up
 	 * under its name with the wrong one. */
 	if (e == 0 && mode >= 0)

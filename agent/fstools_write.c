@@ -14,23 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "xmalloc.h"
-
-static int
-write_all(int fd, const char *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 static json_t *
 success(char *text)
@@ -83,7 +68,7 @@ fs_tool_write_file(const struct workspace *ws, json_t *args)
 		return fs_result_error_free(msg);
 	fd = fs_open(ws, p.rel, O_WRONLY | O_CREAT | O_EXCL, 0666);
 	if (fd >= 0) {
-		e = write_all(fd, content, len);
+		e = fdio_write_all(fd, content, len) < 0 ? errno : 0;
 		close(fd);
 		if (e != 0) {
 			msg = fs_msg_errno(e, "write", NULL, NULL);

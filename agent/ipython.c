@@ -60,7 +60,7 @@ cell_done(struct kernel_result *res, void *arg)
 	has_err = evbuffer_get_length(res->errout) > 0;
 	call->bufs[0] = res->out;
 	call->bufs[1] = res->errout;
-	agent_tool_result_stream_items(call->req, has_err, has_err ? 2 : 1,
+	tool_result_stream_items(call->req, has_err, has_err ? 2 : 1,
 	    call->bufs, descs, res->images, answer_done, call);
 }
 

@@ -584,7 +584,7 @@ static int
 start(struct kernel *k, struct error *err)
 {
 	struct agent *agent = k->agent;
-	struct spawn_options opts = { 0 };
+	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
 	const char *argv[5];
 	char hex[TOKEN_HEX_LEN], *python;
@@ -612,16 +612,10 @@ start(struct kernel *k, struct error *err)
 	argv[2] = "-c";
 	argv[3] = KERNEL_BOOTSTRAP;
 	argv[4] = NULL;
+	confine_spawn_options(agent, &opts);
 	opts.argv = argv;
-	opts.envp = (const char *const *)agent->child_env;
-	opts.cwd = agent->ws.root;
 	opts.stdio[0] = SPAWN_NULL;
 	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
-	opts.new_group = 1;
-	opts.seccomp = agent->confine;
-	opts.set_ids = agent->drop_ids;
-	opts.uid = agent->uid;
-	opts.gid = agent->gid;
 	opts.pass_fds = fds;
 	opts.npass_fds = 2;
 	cb.on_output = output_cb;

@@ -19,7 +19,7 @@
 #include <event2/event.h>
 
 #include "desktop.h"
-#include "files.h"
+#include "files_staged.h"
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
@@ -334,7 +334,7 @@ setup(int argc, char **argv)
 		return 2;
 	}
 	run_as_check(&agent);
-	if (tools_setup(&agent, agent.cfg.tools, &err) < 0) {
+	if (toolset_setup(&agent, agent.cfg.tools, &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
@@ -388,8 +388,8 @@ setup(int argc, char **argv)
 	agent.io_pool = work_pool_new(agent.base, IO_THREADS, &err);
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
-	git_routes_init(&agent);
-	staged_sweep_start(&agent);
+	gitops_routes_init(&agent);
+	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
@@ -447,9 +447,9 @@ main(int argc, char **argv)
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
 	work_pool_free(agent.io_pool);
-	git_routes_shutdown();
-	tools_shutdown();
+	gitops_routes_shutdown();
+	toolset_shutdown();
 	desktop_free(&agent);
-	staged_sweep_shutdown();
+	files_staged_sweep_shutdown();
 	return 0;
 }

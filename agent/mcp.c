@@ -21,7 +21,7 @@
  *     a 504 and the server is told the call was cancelled, as it is when
  *     the client goes away; a server that died is a 502. The reference
  *     SDK's names and argument spellings that a server spells differently
- *     are mapped (tool_aliases.c) and listed beside the server's own.
+ *     are mapped (mcp_aliases.c) and listed beside the server's own.
  *
  * --mcp-config loads the same {"mcpServers": ...} at start, in the
  * background: a broken entry or a server that fails is logged, not fatal.
@@ -31,7 +31,7 @@
  */
 #include "agent.h"
 #include "mcp.h"
-#include "tool_aliases.h"
+#include "mcp_aliases.h"
 #include "toolset.h"
 
 #include <stdlib.h>
@@ -54,7 +54,7 @@ struct mcp_waiter {
 
 /* Created by mcp_init; lives until the process exits. */
 struct mcp {
-	TAILQ_HEAD(, mcp_server) servers;	/* in the order they were added */
+	TAILQ_HEAD(, mcp_conn) servers;	/* in the order they were added */
 	int loading;				/* the --mcp-config batch runs */
 	TAILQ_HEAD(, mcp_waiter) waiters;
 };
@@ -109,10 +109,10 @@ loading_done(struct agent *agent)
 	}
 }
 
-static struct mcp_server *
+static struct mcp_conn *
 registry_find(struct agent *agent, const char *name)
 {
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 
 	TAILQ_FOREACH(srv, &agent->mcp->servers, entry)
 		if (strcmp(srv->name, name) == 0)
@@ -123,7 +123,7 @@ registry_find(struct agent *agent, const char *name)
 void
 mcp_shutdown(struct agent *agent)
 {
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 	struct mcp_waiter *w;
 
 	while ((w = TAILQ_FIRST(&agent->mcp->waiters)) != NULL) {
@@ -134,8 +134,8 @@ mcp_shutdown(struct agent *agent)
 	}
 	while ((srv = TAILQ_FIRST(&agent->mcp->servers)) != NULL) {
 		TAILQ_REMOVE(&agent->mcp->servers, srv, entry);
-		mcp_server_stop(srv, "the agent is shutting down");
-		mcp_server_unref(srv);
+		mcp_conn_stop(srv, "the agent is shutting down");
+		mcp_conn_unref(srv);
 	}
 }
 
@@ -179,7 +179,7 @@ mcp_config_check(struct agent *agent, const char *name, json_t *cfg,
 		error_set(err, 400, "an MCP server name must not be empty");
 		return -1;
 	}
-	if (tools_group(agent, name) != NULL) {
+	if (toolset_group(agent, name) != NULL) {
 		error_set(err, 409, "MCP server '%s': the name is taken by the "
 		    "native tool group of that name", name);
 		return -1;
@@ -244,7 +244,7 @@ struct add_batch;
 struct add_item {
 	struct add_batch *batch;
 	const char *name;		/* a key of the batch's configs */
-	struct mcp_server *srv;		/* a reference, once started */
+	struct mcp_conn *srv;		/* a reference, once started */
 	int skipped;
 	int failed;
 	struct error err;
@@ -299,13 +299,13 @@ batch_end(struct add_batch *b)
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct add_item *it = &b->items[i];
-		struct mcp_server *old;
+		struct mcp_conn *old;
 
 		if (it->failed) {
 			log_error("%s", it->err.msg);
 			if (it->srv != NULL) {
-				mcp_server_stop(it->srv, "it failed to start");
-				mcp_server_unref(it->srv);
+				mcp_conn_stop(it->srv, "it failed to start");
+				mcp_conn_unref(it->srv);
 			}
 			continue;
 		}
@@ -316,15 +316,15 @@ batch_end(struct add_batch *b)
 			/* Another request added one while this one started. */
 			log_info("MCP server '%s' was added meanwhile; this one "
 			    "is not needed", it->name);
-			mcp_server_stop(it->srv, "a server of that name was "
+			mcp_conn_stop(it->srv, "a server of that name was "
 			    "added meanwhile");
-			mcp_server_unref(it->srv);
+			mcp_conn_unref(it->srv);
 			continue;
 		}
 		if (old != NULL) {
 			TAILQ_REMOVE(&mcp->servers, old, entry);
-			mcp_server_stop(old, "it was replaced (overwrite)");
-			mcp_server_unref(old);
+			mcp_conn_stop(old, "it was replaced (overwrite)");
+			mcp_conn_unref(old);
 		}
 		TAILQ_INSERT_TAIL(&mcp->servers, it->srv, entry);
 	}
@@ -345,7 +345,7 @@ batch_step(struct add_batch *b)
 }
 
 static void
-item_started(struct mcp_server *srv, const struct error *err, void *arg)
+item_started(struct mcp_conn *srv, const struct error *err, void *arg)
 {
 	struct add_item *it = arg;
 
@@ -390,7 +390,7 @@ batch_start(struct agent *agent, struct http_request *req, json_t *configs,
 			continue;
 		}
 		b->pending++;
-		it->srv = mcp_server_start(agent, name, cfg, item_started, it,
+		it->srv = mcp_conn_start(agent, name, cfg, item_started, it,
 		    &it->err);
 		if (it->srv == NULL) {
 			it->failed = 1;
@@ -473,7 +473,7 @@ refresh_step(struct refresh *r)
 }
 
 static void
-refresh_one(struct mcp_server *srv, const struct error *err, void *arg)
+refresh_one(struct mcp_conn *srv, const struct error *err, void *arg)
 {
 	if (err != NULL)
 		log_warn("MCP server '%s': cannot list its tools (%s); its "
@@ -485,7 +485,7 @@ static void
 refresh_all(struct agent *agent, refresh_cb done, void *arg)
 {
 	struct refresh *r = xcalloc(1, sizeof *r);
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 	struct error err;
 
 	r->agent = agent;
@@ -496,7 +496,7 @@ refresh_all(struct agent *agent, refresh_cb done, void *arg)
 		if (srv->gone)
 			continue;
 		r->pending++;
-		if (mcp_server_list(srv, refresh_one, r, &err) < 0)
+		if (mcp_conn_list(srv, refresh_one, r, &err) < 0)
 			r->pending--;
 	}
 	refresh_step(r);
@@ -514,7 +514,7 @@ list_group(json_t *group, json_t *list)
 
 		if (json_object_get(group, name) != NULL)
 			continue;	/* listed twice: the first wins */
-		json_object_set_new(group, name, tools_list_entry(name,
+		json_object_set_new(group, name, toolset_list_entry(name,
 		    json_string_value(json_object_get(t, "description")),
 		    json_object_get(t, "inputSchema")));
 	}
@@ -523,15 +523,15 @@ list_group(json_t *group, json_t *list)
 static void
 list_answer(struct refresh *r)
 {
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 	json_t *answer = json_object();
 
-	tools_list_native(r->agent, answer);
+	toolset_list_native(r->agent, answer);
 	TAILQ_FOREACH(srv, &r->agent->mcp->servers, entry) {
 		json_t *tools = json_object(), *aliases;
 
 		list_group(tools, srv->tools);
-		aliases = tool_alias_list(srv->tools);
+		aliases = mcp_aliases_list(srv->tools);
 		list_group(tools, aliases);
 		json_decref(aliases);
 		json_object_set_new(answer, srv->name, tools);
@@ -558,7 +558,7 @@ struct call {
 	json_t *arguments;		/* in body, or our own {} */
 	double timeout;
 	int refreshed;
-	struct mcp_server *srv;		/* a reference while it runs */
+	struct mcp_conn *srv;		/* a reference while it runs */
 	int64_t id;
 };
 
@@ -566,7 +566,7 @@ static void
 call_free(struct call *c)
 {
 	if (c->srv != NULL)
-		mcp_server_unref(c->srv);
+		mcp_conn_unref(c->srv);
 	json_decref(c->arguments);
 	json_decref(c->body);
 	free(c);
@@ -584,7 +584,7 @@ call_done(json_t *result, const struct error *err, void *arg)
 		    "tools/call with something that is not a result",
 		    c->srv->name);
 	} else {
-		tools_result_normalize(result);
+		toolset_result_normalize(result);
 		http_reply_json(c->req, 200, json_incref(result));
 	}
 	call_free(c);
@@ -596,18 +596,18 @@ call_gone(struct http_request *req, void *arg)
 {
 	struct call *c = arg;
 
-	mcp_server_cancel(c->srv, c->id);
+	mcp_conn_cancel(c->srv, c->id);
 	http_reply_error(req, 499, "client closed the connection");
 	call_free(c);
 }
 
-static struct mcp_server *
+static struct mcp_conn *
 server_with_tool(struct agent *agent, const char *tool)
 {
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 
 	TAILQ_FOREACH(srv, &agent->mcp->servers, entry)
-		if (mcp_server_has_tool(srv, tool))
+		if (mcp_conn_has_tool(srv, tool))
 			return srv;
 	return NULL;
 }
@@ -634,16 +634,16 @@ call_refreshed(struct refresh *r)
 	call_dispatch(r->arg);
 }
 
-/* A name of the reference SDK that no server offers (tool_aliases.c):
+/* A name of the reference SDK that no server offers (mcp_aliases.c):
  * the call goes to the tool it now is, if a server has that. */
-static struct mcp_server *
+static struct mcp_conn *
 call_alias(struct call *c)
 {
-	struct mcp_server *srv = NULL;
+	struct mcp_conn *srv = NULL;
 	const char *target;
 	json_t *mapped;
 
-	target = tool_alias_call(c->tool, c->arguments, &mapped);
+	target = mcp_aliases_call(c->tool, c->arguments, &mapped);
 	if (target != NULL)
 		srv = server_with_tool(c->agent, target);
 	if (srv == NULL) {
@@ -659,13 +659,13 @@ call_alias(struct call *c)
 static void
 call_dispatch(struct call *c)
 {
-	const struct tool *native = tools_find(c->agent, c->tool);
-	struct mcp_server *srv;
+	const struct tool *native = toolset_find(c->agent, c->tool);
+	struct mcp_conn *srv;
 	struct error err = { 0 };
 	json_t *args;
 
 	if (native != NULL) {
-		tools_call(c->agent, native, c->arguments, native_done, c);
+		toolset_call(c->agent, native, c->arguments, native_done, c);
 		return;
 	}
 	srv = server_with_tool(c->agent, c->tool);
@@ -681,17 +681,17 @@ call_dispatch(struct call *c)
 		call_free(c);
 		return;
 	}
-	args = tool_alias_arguments(srv->tools, c->tool, c->arguments);
+	args = mcp_aliases_arguments(srv->tools, c->tool, c->arguments);
 	json_decref(c->arguments);
 	c->arguments = args;
-	c->id = mcp_server_call(srv, c->tool, c->arguments, c->timeout,
+	c->id = mcp_conn_call(srv, c->tool, c->arguments, c->timeout,
 	    call_done, c, &err);
 	if (c->id < 0) {
 		http_reply_err(c->req, &err);
 		call_free(c);
 		return;
 	}
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	c->srv = srv;
 	http_request_on_close(c->req, call_gone, c);
 }

@@ -104,7 +104,7 @@ struct post {
 /* Owned by its server; freed by http_free. */
 struct http_transport {
 	struct mcp_transport base;
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 	struct mcp_url url;
 	char *post_target;		/* legacy: from the endpoint event */
 	char **headers;			/* the config's, "Name: value" */
@@ -137,7 +137,7 @@ lost(struct http_transport *t, const char *fmt, ...)
 	va_start(ap, fmt);
 	error_vset(&err, 502, fmt, ap);
 	va_end(ap);
-	mcp_server_lost(t->srv, &err);
+	mcp_conn_lost(t->srv, &err);
 }
 
 static void
@@ -235,7 +235,7 @@ receive_event(const char *type, const char *data, size_t len, void *arg)
 		    t->srv->name, jerr.text);
 		return 0;
 	}
-	mcp_server_receive(t->srv, msg);
+	mcp_conn_receive(t->srv, msg);
 	json_decref(msg);
 	return t->stopped;
 }
@@ -271,7 +271,7 @@ post_body(struct http_client_request *r, const char *data, size_t len,
 {
 	struct post *p = arg;
 	struct http_transport *t = p->t;
-	struct mcp_server *srv = t->srv;
+	struct mcp_conn *srv = t->srv;
 	int rc;
 
 	(void)r;
@@ -290,12 +290,12 @@ post_body(struct http_client_request *r, const char *data, size_t len,
 		return;
 	}
 	/* An event may end the server, and this post with it. */
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	rc = sse_feed(&p->sse, data, len, receive_event, t);
 	if (rc < 0)
 		lost(t, "it sent an event of more than %d bytes",
 		    MCP_MESSAGE_MAX);
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static void
@@ -320,7 +320,7 @@ post_failed(struct post *p, const char *fmt, ...)
 		va_end(ap);
 	}
 	if (p->id >= 0)
-		jsonrpc_fail(t->srv->rpc, p->id, &err);
+		mcp_jsonrpc_fail(t->srv->rpc, p->id, &err);
 	else
 		log_warn("%s", err.msg);
 }
@@ -355,7 +355,7 @@ post_done(struct http_client_request *r, const struct error *err, void *arg)
 {
 	struct post *p = arg;
 	struct http_transport *t = p->t;
-	struct mcp_server *srv = t->srv;
+	struct mcp_conn *srv = t->srv;
 	json_error_t jerr;
 	json_t *msg;
 
@@ -364,13 +364,13 @@ post_done(struct http_client_request *r, const struct error *err, void *arg)
 	if (p->probe != NULL) {
 		t->probing = 0;
 		if (err == NULL && refuses_streamable(p->status)) {
-			mcp_server_ref(srv);
+			mcp_conn_ref(srv);
 			fall_back(t, p);
-			mcp_server_unref(srv);
+			mcp_conn_unref(srv);
 			return;
 		}
 	}
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	if (err != NULL) {
 		post_failed(p, "%s", err->msg);
 	} else if (p->status == 404 && t->session != NULL) {
@@ -386,7 +386,7 @@ post_done(struct http_client_request *r, const struct error *err, void *arg)
 		if (msg == NULL) {
 			post_failed(p, "its answer is not JSON: %s", jerr.text);
 		} else {
-			mcp_server_receive(srv, msg);
+			mcp_conn_receive(srv, msg);
 			json_decref(msg);
 		}
 	}
@@ -398,7 +398,7 @@ post_done(struct http_client_request *r, const struct error *err, void *arg)
 		post_free(p);
 		flush_queue(t);
 	}
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 /* The client refused to start the request: report it from the loop, as
@@ -408,17 +408,17 @@ refused_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct post *p = arg;
 	struct http_transport *t = p->t;
-	struct mcp_server *srv = t->srv;
+	struct mcp_conn *srv = t->srv;
 
 	(void)fd;
 	(void)what;
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	post_failed(p, "%s", p->refusal.msg);
 	if (!t->stopped) {
 		post_free(p);
 		flush_queue(t);
 	}
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static const struct http_client_callbacks post_callbacks = {
@@ -465,7 +465,7 @@ post(struct http_transport *t, json_t *msg)
 	o.body_len = strlen(body);
 	o.timeout = HTTP_IDLE_TIMEOUT;
 	o.max_response = MCP_MESSAGE_MAX;
-	p->r = http_client_start(mcp_server_base(t->srv), &o, &post_callbacks,
+	p->r = http_client_start(mcp_conn_base(t->srv), &o, &post_callbacks,
 	    p, &err);
 	free_headers(headers);
 	free(body);
@@ -473,7 +473,7 @@ post(struct http_transport *t, json_t *msg)
 		struct timeval now = { 0, 0 };
 
 		p->refusal = err;
-		p->refused = evtimer_new(mcp_server_base(t->srv), refused_cb, p);
+		p->refused = evtimer_new(mcp_conn_base(t->srv), refused_cb, p);
 		evtimer_add(p->refused, &now);
 	}
 }
@@ -566,7 +566,7 @@ http_stop(struct mcp_transport *base)
 	o.host = t->url.host;
 	o.headers = headers;
 	o.timeout = 5;
-	if (http_client_start(mcp_server_base(t->srv), &o, &delete_callbacks,
+	if (http_client_start(mcp_conn_base(t->srv), &o, &delete_callbacks,
 	    NULL, &err) == NULL)
 		log_warn("MCP server '%s': cannot end the session: %s",
 		    t->srv->name, err.msg);
@@ -625,14 +625,14 @@ stream_body(struct http_client_request *r, const char *data, size_t len,
     void *arg)
 {
 	struct http_transport *t = arg;
-	struct mcp_server *srv = t->srv;
+	struct mcp_conn *srv = t->srv;
 
 	(void)r;
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	if (sse_feed(&t->stream_sse, data, len, receive_event, t) < 0)
 		lost(t, "it sent an event of more than %d bytes",
 		    MCP_MESSAGE_MAX);
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static void
@@ -666,13 +666,13 @@ open_stream(struct http_transport *t, struct error *err)
 	o.host = t->url.host;
 	o.headers = headers;
 	o.timeout = HTTP_IDLE_TIMEOUT;
-	t->stream = http_client_start(mcp_server_base(t->srv), &o, &cb, t, err);
+	t->stream = http_client_start(mcp_conn_base(t->srv), &o, &cb, t, err);
 	free_headers(headers);
 	return t->stream != NULL ? 0 : -1;
 }
 
 struct mcp_transport *
-mcp_http_start(struct mcp_server *srv, json_t *cfg, struct error *err)
+mcp_http_start(struct mcp_conn *srv, json_t *cfg, struct error *err)
 {
 	struct http_transport *t = xcalloc(1, sizeof *t);
 	json_t *headers = json_object_get(cfg, "headers"), *v;

@@ -43,7 +43,7 @@
 /* Owned by its server; freed by stdio_free. */
 struct stdio_transport {
 	struct mcp_transport base;
-	struct mcp_server *srv;
+	struct mcp_conn *srv;
 	struct spawn *sp;
 	struct bufferevent *in;		/* the server's stdin */
 	struct bufferevent *out;	/* its stdout */
@@ -77,7 +77,7 @@ lost(struct stdio_transport *t, const char *fmt, ...)
 		snprintf(err.msg + n, sizeof err.msg - n, " (its last words on "
 		    "stderr: %s)", t->lastline);
 	}
-	mcp_server_lost(t->srv, &err);
+	mcp_conn_lost(t->srv, &err);
 }
 
 static void
@@ -167,7 +167,7 @@ receive_line(struct stdio_transport *t, const char *line, size_t len)
 		    len > 200 ? 200 : (int)len, line);
 		return;
 	}
-	mcp_server_receive(t->srv, msg);
+	mcp_conn_receive(t->srv, msg);
 	json_decref(msg);
 }
 
@@ -176,10 +176,10 @@ out_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct stdio_transport *t = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
-	struct mcp_server *srv = t->srv;
+	struct mcp_conn *srv = t->srv;
 
 	/* A message may end the server and its last reference with it. */
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	while (!t->stopped) {
 		size_t len = evbuffer_get_length(in), eol_len;
 		struct evbuffer_ptr pos;
@@ -204,7 +204,7 @@ out_read_cb(struct bufferevent *bev, void *arg)
 		evbuffer_drain(in, (size_t)pos.pos + eol_len);
 		t->scanned = 0;
 	}
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static void
@@ -231,7 +231,7 @@ broken(struct stdio_transport *t, const char *why)
 	bufferevent_disable(t->in, EV_WRITE);
 	if (spawn_exited(t->sp))
 		return;		/* exited_cb follows */
-	t->exit_wait = evtimer_new(mcp_server_base(t->srv), exit_wait_cb, t);
+	t->exit_wait = evtimer_new(mcp_conn_base(t->srv), exit_wait_cb, t);
 	evtimer_add(t->exit_wait, &tv);
 }
 
@@ -391,11 +391,11 @@ pipe_event(struct event_base *base, int fd)
 }
 
 struct mcp_transport *
-mcp_stdio_start(struct mcp_server *srv, json_t *cfg, struct error *err)
+mcp_stdio_start(struct mcp_conn *srv, json_t *cfg, struct error *err)
 {
 	struct agent *agent = srv->agent;
 	json_t *args = json_object_get(cfg, "args"), *arg;
-	struct spawn_options opts = { 0 };
+	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
 	struct stdio_transport *t;
 	const char *path = NULL, **argv;
@@ -422,16 +422,11 @@ mcp_stdio_start(struct mcp_server *srv, json_t *cfg, struct error *err)
 	t->srv = srv;
 	t->errline = evbuffer_new();
 	t->rate = (struct log_rate)LOG_RATE_INIT(LOG_INTERVAL, LOG_BURST);
+	confine_spawn_options(agent, &opts);
+	opts.envp = (const char *const *)env;	/* child_env with "env" merged */
 	opts.argv = argv;
-	opts.envp = (const char *const *)env;
-	opts.cwd = agent->ws.root;
 	opts.stdio[0] = opts.stdio[1] = SPAWN_PIPE;
 	opts.stdio[2] = SPAWN_CAPTURE;
-	opts.new_group = 1;
-	opts.seccomp = agent->confine;
-	opts.set_ids = agent->drop_ids;
-	opts.uid = agent->uid;
-	opts.gid = agent->gid;
 	cb.on_output = stderr_cb;
 	cb.on_exit = exited_cb;
 	t->sp = spawn_start(agent->base, &opts, &cb, t, err);

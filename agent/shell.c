@@ -132,7 +132,7 @@ plain_exit(struct spawn *sp, int status, void *arg)
 	run->bufs[0] = out;
 	run->bufs[1] = has_err ? err : run->rc;
 	run->bufs[2] = run->rc;
-	agent_tool_result_stream(run->req, has_err, has_err ? 3 : 2, run->bufs,
+	tool_result_stream(run->req, has_err, has_err ? 3 : 2, run->bufs,
 	    has_err ? descs_all : descs_quiet, plain_done, run);
 }
 
@@ -247,7 +247,7 @@ shell_route_run(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	const char *command, *argv[4];
-	struct spawn_options opts = { 0 };
+	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
 	struct shell_run *run;
 	struct error err = { 0 };
@@ -285,9 +285,8 @@ shell_route_run(struct http_request *req, void *arg)
 	argv[1] = "-c";
 	argv[2] = command;
 	argv[3] = NULL;
+	confine_spawn_options(agent, &opts);
 	opts.argv = argv;
-	opts.envp = (const char *const *)agent->child_env;
-	opts.cwd = agent->ws.root;
 	opts.stdio[0] = SPAWN_NULL;
 	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
 	if (strlen(command) > SHELL_ARGV_MAX) {
@@ -303,12 +302,7 @@ shell_route_run(struct http_request *req, void *arg)
 		opts.stdio[0] = SPAWN_FD;
 		opts.fd[0] = script;
 	}
-	opts.new_group = 1;
 	opts.timeout = timeout;
-	opts.seccomp = agent->confine;
-	opts.set_ids = agent->drop_ids;
-	opts.uid = agent->uid;
-	opts.gid = agent->gid;
 	if (!stream) {
 		opts.capture_cap[1] = opts.capture_cap[2] = agent->cfg.output_cap;
 		cb.on_exit = plain_exit;

@@ -44,37 +44,37 @@ const struct tool_group *fstools_group(void);
 /* computer.c: computer use on the sandbox's display (--desktop). */
 const struct tool_group *computer_group(void);
 
-/* tools.c: the glue between the groups and the /mcp routes. */
+/* toolset.c: the glue between the groups and the /mcp routes. */
 
 /* Enable the groups named in list ("filesystem,..."; NULL: none). An
  * unknown name fails with err (400). */
-int tools_setup(struct agent *agent, const char *list, struct error *err);
+int toolset_setup(struct agent *agent, const char *list, struct error *err);
 /* The enabled group of that name, or NULL. */
-const struct tool_group *tools_group(struct agent *agent, const char *name);
+const struct tool_group *toolset_group(struct agent *agent, const char *name);
 /* The /mcp/list_tools entry of a tool, native or MCP: {"name", "json_schema":
  * {"type": "function", "function": {"name", "description", "parameters"}}}.
  * input_schema (borrowed) may be NULL. New reference. */
-json_t *tools_list_entry(const char *name, const char *description,
+json_t *toolset_list_entry(const char *name, const char *description,
     json_t *input_schema);
 /* Add {group: {tool: entry}} of every enabled group to answer. */
-void tools_list_native(struct agent *agent, json_t *answer);
+void toolset_list_native(struct agent *agent, json_t *answer);
 /* The enabled native tool of that name, or NULL; the first group wins. */
-const struct tool *tools_find(struct agent *agent, const char *name);
+const struct tool *toolset_find(struct agent *agent, const char *name);
 /* The end of a native tool call, on the loop thread: answer holds the
  * CallToolResult as JSON text (normalized; the callee may drain it), or
  * err says why there is none (400 arguments that do not fit, 503 the
  * agent is shutting down). */
-typedef void (*tools_done_cb)(struct evbuffer *answer, const struct error *err,
-    void *arg);
+typedef void (*toolset_done_cb)(struct evbuffer *answer,
+    const struct error *err, void *arg);
 /* Run a native tool on a worker thread; done follows on the loop, never
  * before this returns. arguments is referenced until then. */
-void tools_call(struct agent *agent, const struct tool *tool,
-    json_t *arguments, tools_done_cb done, void *arg);
+void toolset_call(struct agent *agent, const struct tool *tool,
+    json_t *arguments, toolset_done_cb done, void *arg);
 /* After the loop ended: wait for the calls under way, answer the queued
  * ones 503. */
-void tools_shutdown(void);
+void toolset_shutdown(void);
 /* Give a CallToolResult the shape of the reference's answers: "_meta" as
  * "meta" (null when absent), "isError" always there. */
-void tools_result_normalize(json_t *result);
+void toolset_result_normalize(json_t *result);
 
 #endif

@@ -14,6 +14,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -416,22 +417,11 @@ fail:
 int
 spawn_memfd(const char *name, const void *data, size_t len)
 {
-	const char *p = data;
 	int fd = memfd_create(name, MFD_CLOEXEC), e;
 
 	if (fd < 0)
 		return -1;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			goto fail;
-		p += n;
-		len -= (size_t)n;
-	}
-	if (lseek(fd, 0, SEEK_SET) < 0)
+	if (fdio_write_all(fd, data, len) < 0 || lseek(fd, 0, SEEK_SET) < 0)
 		goto fail;
 	return fd;
 fail:

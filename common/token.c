@@ -24,15 +24,26 @@ token_random_bytes(void *buf, size_t n)
 }
 
 void
-token_random_hex(char out[TOKEN_HEX_LEN])
+token_random_hex_n(char *out, size_t nbytes)
 {
 	static const char hex[] = "0123456789abcdef";
-	unsigned char raw[16];
+	unsigned char raw[64];
 
-	token_random_bytes(raw, sizeof raw);
-	for (size_t i = 0; i < sizeof raw; i++) {
-		out[2 * i] = hex[raw[i] >> 4];
-		out[2 * i + 1] = hex[raw[i] & 15];
+	while (nbytes > 0) {
+		size_t n = nbytes < sizeof raw ? nbytes : sizeof raw;
+
+		token_random_bytes(raw, n);
+		for (size_t i = 0; i < n; i++) {
+			*out++ = hex[raw[i] >> 4];
+			*out++ = hex[raw[i] & 15];
+		}
+		nbytes -= n;
 	}
-	out[32] = '\0';
+	*out = '\0';
+}
+
+void
+token_random_hex(char out[TOKEN_HEX_LEN])
+{
+	token_random_hex_n(out, (TOKEN_HEX_LEN - 1) / 2);
 }

@@ -20,6 +20,7 @@
 
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -45,22 +46,12 @@ replace_durably(const char *path, const char *data, size_t len)
 	char *tmp = xasprintf("%s.tmp", path);
 	char *dir = xstrdup(path);
 	int fd, rc = -1, saved;
-	size_t off = 0;
-	ssize_t n;
 
 	*strrchr(dir, '/') = '\0';
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		goto out;
-	while (off < len) {
-		if ((n = write(fd, data + off, len - off)) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		off += (size_t)n;
-	}
-	if (off < len || fsync(fd) < 0) {
+	if (fdio_write_all(fd, data, len) < 0 || fsync(fd) < 0) {
 		saved = errno;
 		close(fd);
 		errno = saved;

@@ -108,9 +108,9 @@ setup(void)
 	agent.cfg.default_timeout = 10;
 	agent.shell = "/bin/sh";
 	spawn_init(agent.base);
-	git_routes_init(&agent);
+	gitops_routes_init(&agent);
 	mcp_init(&agent);
-	if (tools_setup(&agent, "filesystem", &err) < 0)
+	if (toolset_setup(&agent, "filesystem", &err) < 0)
 		abort();
 	all = agent_routes(&n);
 	for (size_t i = 0; i < n && nroutes < 32; i++) {

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the streaming multipart/form-data parser (common/multipart.c)
+ * Fuzz target: the streaming multipart/form-data parser (agent/multipart.c)
  * on its own, fed in pieces of every size, with the callbacks checking
  * that parts begin, carry data and end in order.
  *

@@ -10,7 +10,7 @@
  * first, commits of the same date in the order they were met.
  *
  * The history is the sandbox user's to write, so the answer is bounded
- * whatever it holds: a page of commits (git.c's limit), the walk keeping
+ * whatever it holds: a page of commits (gitops.c's limit), the walk keeping
  * only ids and dates of the commits it met, no commit object over
  * LOG_COMMIT_MAX, blobs over LOG_BLOB_MAX shown as binary (as git does
  * past core.bigFileThreshold) and never loaded, at most LOG_MAX_FILES
@@ -18,7 +18,7 @@
  * ends before the commit that would pass it, and if that is its first
  * one, the answer is 413 naming it.
  */
-#include "git_internal.h"
+#include "gitops_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ struct queued {
 	unsigned long seq;
 };
 
-/* The walk's state; owned and freed by git_log_append_json. */
+/* The walk's state; owned and freed by gitops_log_append_json. */
 struct walk {
 	struct queued *heap;		/* max-heap by (time, -seq) */
 	size_t n, cap;
@@ -192,7 +192,7 @@ walk_add(struct walk *w, git_repository *repo, const git_oid *id,
 		return 0;
 	if (rc < 0) {
 		if (err->status == 0)
-			git_diff_error(err, rc, "cannot read a commit");
+			gitops_error(err, rc, "cannot read a commit");
 		return -1;
 	}
 	heap_push(w, id, git_commit_time(commit));
@@ -260,7 +260,7 @@ append_commit_diff(struct evbuffer *out, git_repository *repo,
 		evbuffer_add(out, "{}", 2);
 		return 0;
 	}
-	git_diff_options_default(&opts);
+	gitops_diff_options_default(&opts);
 	opts.max_size = LOG_BLOB_MAX;
 	opts.notify_cb = count_file;
 	opts.payload = &files;
@@ -274,9 +274,9 @@ append_commit_diff(struct evbuffer *out, git_repository *repo,
 		error_set(err, 413, "it changes more than %d files",
 		    LOG_MAX_FILES);
 	else if (rc < 0)
-		git_diff_error(err, rc, "cannot diff a commit");
+		gitops_error(err, rc, "cannot diff a commit");
 	else
-		ret = git_diff_append_json(out, diff, max, err);
+		ret = gitops_diff_append_json(out, diff, max, err);
 	git_diff_free(diff);
 	git_tree_free(new);
 	git_tree_free(old);
@@ -304,9 +304,9 @@ append_commit(struct evbuffer *out, git_repository *repo, git_commit *commit,
 	while (len > 0 && strchr(" \t\n\r\v\f", msg[len - 1]) != NULL)
 		len--;
 	evbuffer_add_printf(out, "{\"commit\":\"%s\",\"author\":", hex);
-	git_diff_append_string(out, author->name, strlen(author->name));
+	gitops_append_string(out, author->name, strlen(author->name));
 	evbuffer_add_printf(out, ",\"date\":\"%s\",\"message\":", date);
-	git_diff_append_string(out, msg, len);
+	gitops_append_string(out, msg, len);
 	evbuffer_add(out, ",\"diff\":", 8);
 	if (evbuffer_get_length(out) > max) {
 		error_set(err, 413, "its message is too large");
@@ -321,7 +321,7 @@ append_commit(struct evbuffer *out, git_repository *repo, git_commit *commit,
 /* Each commit's JSON is written as it is walked, so memory grows with the
  * page asked for, up to LOG_MAX_BYTES, not with the history. */
 int
-git_log_append_json(struct evbuffer *out, git_repository *repo,
+gitops_log_append_json(struct evbuffer *out, git_repository *repo,
     unsigned long limit, unsigned long offset, struct error *err)
 {
 	struct evbuffer *one = evbuffer_new();
@@ -340,7 +340,7 @@ git_log_append_json(struct evbuffer *out, git_repository *repo,
 		return 0;
 	}
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read HEAD");
+		gitops_error(err, rc, "cannot read HEAD");
 		evbuffer_free(one);
 		return -1;
 	}
@@ -350,7 +350,7 @@ git_log_append_json(struct evbuffer *out, git_repository *repo,
 		rc = lookup(repo, &id, &commit, err);
 		if (rc < 0) {
 			if (err->status == 0)
-				git_diff_error(err, rc, "cannot read a commit");
+				gitops_error(err, rc, "cannot read a commit");
 			goto out;
 		}
 		for (unsigned int i = 0; rc == 0 &&

@@ -7,7 +7,7 @@
  * size costs the memory of the directories on one path from the top.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -178,7 +178,7 @@ listing_pump(struct http_request *req, void *arg)
 		e = &top->ents[top->next++];
 		depth = top->depth;
 		rel = join(top->rel, e->name);
-		info = fsops_entry_json(l->agent, rel, &e->st);
+		info = files_ops_entry_json(l->agent, rel, &e->st);
 		text = json_dumps(info, JSON_COMPACT);
 		json_decref(info);
 		if (l->written++ > 0)
@@ -225,7 +225,7 @@ query_depth(struct http_request *req, int *depth, struct error *err)
 }
 
 void
-entries_route_list(struct http_request *req, void *arg)
+files_entries_route_list(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -261,7 +261,7 @@ entries_route_list(struct http_request *req, void *arg)
 /* Exists, delete, move, mkdir. */
 
 void
-entries_route_exists(struct http_request *req, void *arg)
+files_entries_route_exists(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -312,7 +312,7 @@ removal_run(void *arg)
 		r->failed = r->err.status != 404;
 		return;
 	}
-	r->failed = fsops_remove(fd, base, r->rel, &r->err) < 0;
+	r->failed = files_ops_remove(fd, base, r->rel, &r->err) < 0;
 	close(fd);
 }
 
@@ -330,7 +330,7 @@ removal_done(void *arg)
 }
 
 void
-entries_route_delete(struct http_request *req, void *arg)
+files_entries_route_delete(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct error err = { 0 };
@@ -397,7 +397,7 @@ is_inside(const char *rel, const char *dir)
 }
 
 void
-entries_route_move(struct http_request *req, void *arg)
+files_entries_route_move(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct created_dirs created = { 0 };
@@ -434,21 +434,21 @@ entries_route_move(struct http_request *req, void *arg)
 		error_set(&err, 409, "cannot move %s into itself", src);
 		goto done;
 	}
-	dfd = fsops_open_parent(agent, dst, &created, &dbase, &err);
+	dfd = files_ops_open_parent(agent, dst, &created, &dbase, &err);
 	if (dfd < 0)
 		goto done;
 	if (renameat(sfd, sbase, dfd, dbase) < 0) {
 		rename_error(&err, errno, src, dst);
-		fsops_created_undo(agent, &created);
+		files_ops_created_undo(agent, &created);
 		goto done;
 	}
-	info = fsops_entry_info(agent, dfd, dbase, dst, &err);
+	info = files_ops_entry_info(agent, dfd, dbase, dst, &err);
 done:
 	if (sfd >= 0)
 		close(sfd);
 	if (dfd >= 0)
 		close(dfd);
-	fsops_created_free(&created);
+	files_ops_created_free(&created);
 	json_decref(body);
 	free(src);
 	free(dst);
@@ -459,7 +459,7 @@ done:
 }
 
 void
-entries_route_mkdir(struct http_request *req, void *arg)
+files_entries_route_mkdir(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct created_dirs created = { 0 };
@@ -472,18 +472,18 @@ entries_route_mkdir(struct http_request *req, void *arg)
 	if ((body = http_request_json(req, &err)) != NULL &&
 	    json_get_string(body, "path", 1, &path, &err) == 0 &&
 	    path_normalize(&agent->ws, path, &rel, &err) == 0)
-		fd = fsops_mkdirs(agent, rel, &created, &err);
+		fd = files_ops_mkdirs(agent, rel, &created, &err);
 	json_decref(body);
 	free(rel);
 	if (fd < 0) {
-		fsops_created_undo(agent, &created);
-		fsops_created_free(&created);
+		files_ops_created_undo(agent, &created);
+		files_ops_created_free(&created);
 		http_reply_err(req, &err);
 		return;
 	}
 	close(fd);
 	answer = json_object();
 	json_object_set_new(answer, "created", json_boolean(created.n > 0));
-	fsops_created_free(&created);
+	files_ops_created_free(&created);
 	http_reply_json(req, 200, answer);
 }

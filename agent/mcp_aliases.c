@@ -7,7 +7,7 @@
  * as "ref" (now "target"). The MCP layer asks here when a name is offered
  * by no server, when it lists tools and before it sends arguments.
  */
-#include "tool_aliases.h"
+#include "mcp_aliases.h"
 
 #include <string.h>
 
@@ -69,7 +69,7 @@ find_alias(const char *name)
 }
 
 const char *
-tool_alias_call(const char *name, json_t *arguments, json_t **mapped)
+mcp_aliases_call(const char *name, json_t *arguments, json_t **mapped)
 {
 	const struct tool_alias *a = find_alias(name);
 	json_t *out;
@@ -111,7 +111,7 @@ input_schema(json_t *tools, const char *name)
 }
 
 json_t *
-tool_alias_arguments(json_t *tools, const char *name, json_t *arguments)
+mcp_aliases_arguments(json_t *tools, const char *name, json_t *arguments)
 {
 	json_t *schema = input_schema(tools, name);
 	json_t *out = json_copy(arguments), *raw;
@@ -155,7 +155,7 @@ offers(json_t *tools, const char *name)
 }
 
 json_t *
-tool_alias_list(json_t *tools)
+mcp_aliases_list(json_t *tools)
 {
 	json_t *out = json_array();
 

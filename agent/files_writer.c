@@ -15,7 +15,7 @@
  * and frees the writer itself.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_writer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,6 +28,7 @@
 
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -45,9 +46,9 @@ struct chunk {
 	char data[];
 };
 
-/* Owned by one request until disk_writer_free; then by its thread, if
+/* Owned by one request until files_writer_free; then by its thread, if
  * one runs, which frees it on its way out. */
-struct disk_writer {
+struct files_writer {
 	pthread_t thread;
 	int started;
 	size_t inlined;		/* bytes written before the thread started */
@@ -70,7 +71,7 @@ struct disk_writer {
 };
 
 static void
-wake_loop(struct disk_writer *w)
+wake_loop(struct files_writer *w)
 {
 	uint64_t one = 1;
 
@@ -78,27 +79,10 @@ wake_loop(struct disk_writer *w)
 		;
 }
 
-static int
-write_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static void *
 writer_main(void *arg)
 {
-	struct disk_writer *w = arg;
+	struct files_writer *w = arg;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
@@ -119,7 +103,7 @@ writer_main(void *arg)
 		if (c->close)
 			close(c->fd);
 		else if (!skip)
-			e = write_all(c->fd, c->data, c->len);
+			e = fdio_write_all(c->fd, c->data, c->len) < 0 ? errno : 0;
 
 		pthread_mutex_lock(&w->lock);
 		w->queued -= c->len;
@@ -148,7 +132,7 @@ writer_main(void *arg)
 static void
 wakeup_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct disk_writer *w = arg;
+	struct files_writer *w = arg;
 	uint64_t n;
 
 	(void)what;
@@ -156,10 +140,10 @@ wakeup_cb(evutil_socket_t fd, short what, void *arg)
 	w->cb(w->arg);
 }
 
-struct disk_writer *
-disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
+struct files_writer *
+files_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 {
-	struct disk_writer *w = xcalloc(1, sizeof *w);
+	struct files_writer *w = xcalloc(1, sizeof *w);
 
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -173,7 +157,7 @@ disk_writer_new(struct event_base *base, void (*cb)(void *), void *arg)
 /* The thread starts once an upload outgrows WRITER_INLINE. Signals stay
  * with the loop's thread. */
 static int
-start_thread(struct disk_writer *w, struct error *err)
+start_thread(struct files_writer *w, struct error *err)
 {
 	sigset_t all, old;
 	int e;
@@ -206,7 +190,7 @@ start_thread(struct disk_writer *w, struct error *err)
 }
 
 static void
-enqueue(struct disk_writer *w, struct chunk *c)
+enqueue(struct files_writer *w, struct chunk *c)
 {
 	if (w->tail != NULL)
 		w->tail->next = c;
@@ -218,7 +202,7 @@ enqueue(struct disk_writer *w, struct chunk *c)
 }
 
 int
-disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
+files_writer_write(struct files_writer *w, int fd, const void *data, size_t len,
     struct error *err)
 {
 	struct chunk *c;
@@ -228,8 +212,8 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
 	 * costs less than starting a thread. */
 	if (!w->started && w->inlined + len <= WRITER_INLINE) {
 		w->inlined += len;
-		if (w->error == 0)
-			w->error = write_all(fd, data, len);
+		if (w->error == 0 && fdio_write_all(fd, data, len) < 0)
+			w->error = errno;
 		return 0;
 	}
 	if (!w->started && start_thread(w, err) < 0)
@@ -265,7 +249,7 @@ disk_writer_write(struct disk_writer *w, int fd, const void *data, size_t len,
 }
 
 void
-disk_writer_close(struct disk_writer *w, int fd)
+files_writer_close(struct files_writer *w, int fd)
 {
 	struct chunk *c;
 
@@ -282,7 +266,7 @@ disk_writer_close(struct disk_writer *w, int fd)
 }
 
 int
-disk_writer_flush(struct disk_writer *w)
+files_writer_flush(struct files_writer *w)
 {
 	int done;
 
@@ -297,7 +281,7 @@ disk_writer_flush(struct disk_writer *w)
 }
 
 int
-disk_writer_error(struct disk_writer *w)
+files_writer_error(struct files_writer *w)
 {
 	int e;
 
@@ -308,7 +292,7 @@ disk_writer_error(struct disk_writer *w)
 }
 
 void
-disk_writer_free(struct disk_writer *w)
+files_writer_free(struct files_writer *w)
 {
 	struct event *ev;
 	int efd;

@@ -13,8 +13,8 @@
  * event; the worker writes to it, nothing else crosses threads but the two
  * lists under the mutex.
  */
-#ifndef WORK_H
-#define WORK_H
+#ifndef WORK_QUEUE_H
+#define WORK_QUEUE_H
 
 struct event_base;
 struct work_queue;

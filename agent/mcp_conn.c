@@ -1,10 +1,11 @@
 /*
- * One MCP server as the client sees it: started over its transport, the
- * initialize handshake (protocol version agreed, notifications/initialized
- * sent), its tool list fetched page by page (nextCursor) and kept, then
- * tools/call on demand. The list is fetched again when the server says it
- * changed, and whenever /mcp/list_tools asks. A server that dies fails every
- * call in flight and every later one with the reason, until it is replaced.
+ * The client side of one MCP server connection: the server started over
+ * its transport, the initialize handshake (protocol version agreed,
+ * notifications/initialized sent), its tool list fetched page by page
+ * (nextCursor) and kept, then tools/call on demand. The list is fetched
+ * again when the server says it changed, and whenever /mcp/list_tools
+ * asks. A server that dies fails every call in flight and every later one
+ * with the reason, until it is replaced.
  */
 #include "agent.h"
 #include "mcp.h"
@@ -28,19 +29,19 @@ static const char *const protocol_versions[] = {
 static void server_send(void *arg, json_t *msg);
 static void server_notify(void *arg, const char *method, json_t *params);
 
-static const struct jsonrpc_peer server_peer = {
+static const struct mcp_jsonrpc_peer server_peer = {
 	.send = server_send,
 	.notify = server_notify,
 };
 
 void
-mcp_server_ref(struct mcp_server *srv)
+mcp_conn_ref(struct mcp_conn *srv)
 {
 	srv->refs++;
 }
 
 void
-mcp_server_unref(struct mcp_server *srv)
+mcp_conn_unref(struct mcp_conn *srv)
 {
 	if (--srv->refs > 0)
 		return;
@@ -48,7 +49,7 @@ mcp_server_unref(struct mcp_server *srv)
 		srv->transport->ops->stop(srv->transport);
 		srv->transport->ops->free(srv->transport);
 	}
-	jsonrpc_free(srv->rpc);
+	mcp_jsonrpc_free(srv->rpc);
 	json_decref(srv->tools);
 	free(srv->protocol_version);
 	free(srv->name);
@@ -56,7 +57,7 @@ mcp_server_unref(struct mcp_server *srv)
 }
 
 struct event_base *
-mcp_server_base(struct mcp_server *srv)
+mcp_conn_base(struct mcp_conn *srv)
 {
 	return srv->agent->base;
 }
@@ -64,33 +65,33 @@ mcp_server_base(struct mcp_server *srv)
 static void
 server_send(void *arg, json_t *msg)
 {
-	struct mcp_server *srv = arg;
+	struct mcp_conn *srv = arg;
 
 	if (!srv->gone)
 		srv->transport->ops->send(srv->transport, msg);
 }
 
 void
-mcp_server_receive(struct mcp_server *srv, json_t *msg)
+mcp_conn_receive(struct mcp_conn *srv, json_t *msg)
 {
-	jsonrpc_receive(srv->rpc, msg);
+	mcp_jsonrpc_receive(srv->rpc, msg);
 }
 
 /* Ends the server: the transport stops, pending calls get err. */
 static void
-server_end(struct mcp_server *srv, const struct error *err)
+server_end(struct mcp_conn *srv, const struct error *err)
 {
 	if (srv->gone)
 		return;
 	srv->gone = 1;
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	srv->transport->ops->stop(srv->transport);
-	jsonrpc_close(srv->rpc, err);
-	mcp_server_unref(srv);
+	mcp_jsonrpc_close(srv->rpc, err);
+	mcp_conn_unref(srv);
 }
 
 void
-mcp_server_lost(struct mcp_server *srv, const struct error *why)
+mcp_conn_lost(struct mcp_conn *srv, const struct error *why)
 {
 	struct error err;
 
@@ -108,7 +109,7 @@ mcp_server_lost(struct mcp_server *srv, const struct error *why)
 }
 
 void
-mcp_server_stop(struct mcp_server *srv, const char *why)
+mcp_conn_stop(struct mcp_conn *srv, const char *why)
 {
 	struct error err;
 
@@ -117,7 +118,7 @@ mcp_server_stop(struct mcp_server *srv, const char *why)
 }
 
 int
-mcp_server_has_tool(struct mcp_server *srv, const char *tool)
+mcp_conn_has_tool(struct mcp_conn *srv, const char *tool)
 {
 	size_t i;
 	json_t *t;
@@ -135,10 +136,10 @@ mcp_server_has_tool(struct mcp_server *srv, const char *tool)
 
 /* Freed when the listing ends. */
 struct listing {
-	struct mcp_server *srv;		/* a reference */
+	struct mcp_conn *srv;		/* a reference */
 	json_t *tools;
 	int pages;
-	mcp_server_cb done;
+	mcp_conn_cb done;
 	void *arg;
 };
 
@@ -148,7 +149,7 @@ static void list_page_done(json_t *result, const struct error *err,
 static void
 listing_end(struct listing *l, const struct error *err)
 {
-	struct mcp_server *srv = l->srv;
+	struct mcp_conn *srv = l->srv;
 
 	if (err == NULL) {
 		json_decref(srv->tools);
@@ -157,7 +158,7 @@ listing_end(struct listing *l, const struct error *err)
 	l->done(srv, err, l->arg);
 	json_decref(l->tools);
 	free(l);
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static int
@@ -168,7 +169,7 @@ list_page(struct listing *l, const char *cursor, struct error *err)
 	if (cursor != NULL)
 		params = json_pack("{s:s}", "cursor", cursor);
 	l->pages++;
-	return jsonrpc_call(l->srv->rpc, "tools/list", params,
+	return mcp_jsonrpc_call(l->srv->rpc, "tools/list", params,
 	    l->srv->start_timeout, list_page_done, l, err) < 0 ? -1 : 0;
 }
 
@@ -215,7 +216,7 @@ list_page_done(json_t *result, const struct error *err, void *arg)
 }
 
 int
-mcp_server_list(struct mcp_server *srv, mcp_server_cb done, void *arg,
+mcp_conn_list(struct mcp_conn *srv, mcp_conn_cb done, void *arg,
     struct error *err)
 {
 	struct listing *l = xcalloc(1, sizeof *l);
@@ -229,12 +230,12 @@ mcp_server_list(struct mcp_server *srv, mcp_server_cb done, void *arg,
 		free(l);
 		return -1;
 	}
-	mcp_server_ref(srv);
+	mcp_conn_ref(srv);
 	return 0;
 }
 
 static void
-refresh_done(struct mcp_server *srv, const struct error *err, void *arg)
+refresh_done(struct mcp_conn *srv, const struct error *err, void *arg)
 {
 	(void)arg;
 	srv->refreshing = 0;
@@ -249,14 +250,14 @@ refresh_done(struct mcp_server *srv, const struct error *err, void *arg)
 static void
 server_notify(void *arg, const char *method, json_t *params)
 {
-	struct mcp_server *srv = arg;
+	struct mcp_conn *srv = arg;
 	struct error err;
 
 	if (strcmp(method, "notifications/tools/list_changed") == 0) {
 		if (!srv->ready || srv->refreshing)
 			return;
 		srv->refreshing = 1;
-		if (mcp_server_list(srv, refresh_done, NULL, &err) < 0)
+		if (mcp_conn_list(srv, refresh_done, NULL, &err) < 0)
 			srv->refreshing = 0;
 	} else if (strcmp(method, "notifications/message") == 0 &&
 	    log_enabled(LOG_DEBUG)) {
@@ -273,7 +274,7 @@ server_notify(void *arg, const char *method, json_t *params)
 /* Start-up: initialize, notifications/initialized, tools/list. */
 
 static void
-start_end(struct mcp_server *srv, const struct error *err)
+start_end(struct mcp_conn *srv, const struct error *err)
 {
 	if (err == NULL) {
 		srv->ready = 1;
@@ -282,11 +283,11 @@ start_end(struct mcp_server *srv, const struct error *err)
 		    json_array_size(srv->tools));
 	}
 	srv->started(srv, err, srv->started_arg);
-	mcp_server_unref(srv);
+	mcp_conn_unref(srv);
 }
 
 static void
-start_listed(struct mcp_server *srv, const struct error *err, void *arg)
+start_listed(struct mcp_conn *srv, const struct error *err, void *arg)
 {
 	(void)arg;
 	start_end(srv, err);
@@ -311,7 +312,7 @@ text_or(json_t *s, const char *fallback)
 static void
 initialized(json_t *result, const struct error *err, void *arg)
 {
-	struct mcp_server *srv = arg;
+	struct mcp_conn *srv = arg;
 	const char *version;
 	json_t *caps, *info;
 	struct error e;
@@ -333,21 +334,21 @@ initialized(json_t *result, const struct error *err, void *arg)
 	log_info("MCP server '%s' is %s %s", srv->name,
 	    text_or(json_object_get(info, "name"), "(unnamed)"),
 	    text_or(json_object_get(info, "version"), ""));
-	jsonrpc_notify(srv->rpc, "notifications/initialized", NULL);
+	mcp_jsonrpc_notify(srv->rpc, "notifications/initialized", NULL);
 	caps = json_object_get(result, "capabilities");
 	if (json_object_get(caps, "tools") == NULL) {
 		start_end(srv, NULL);	/* a server of prompts or resources */
 		return;
 	}
-	if (mcp_server_list(srv, start_listed, NULL, &e) < 0)
+	if (mcp_conn_list(srv, start_listed, NULL, &e) < 0)
 		start_end(srv, &e);
 }
 
-struct mcp_server *
-mcp_server_start(struct agent *agent, const char *name, json_t *cfg,
-    mcp_server_cb started, void *arg, struct error *err)
+struct mcp_conn *
+mcp_conn_start(struct agent *agent, const char *name, json_t *cfg,
+    mcp_conn_cb started, void *arg, struct error *err)
 {
-	struct mcp_server *srv = xcalloc(1, sizeof *srv);
+	struct mcp_conn *srv = xcalloc(1, sizeof *srv);
 	json_t *params, *timeout = json_object_get(cfg, "timeout");
 
 	srv->name = xstrdup(name);
@@ -358,39 +359,39 @@ mcp_server_start(struct agent *agent, const char *name, json_t *cfg,
 	    json_number_value(timeout) : MCP_START_TIMEOUT;
 	srv->started = started;
 	srv->started_arg = arg;
-	srv->rpc = jsonrpc_new(agent->base, name, &server_peer, srv);
+	srv->rpc = mcp_jsonrpc_new(agent->base, name, &server_peer, srv);
 	srv->transport = mcp_config_is_http(cfg) ?
 	    mcp_http_start(srv, cfg, err) : mcp_stdio_start(srv, cfg, err);
 	if (srv->transport == NULL) {
 		error_prefix(err, "MCP server '%s'", name);
 		srv->gone = 1;
-		mcp_server_unref(srv);
+		mcp_conn_unref(srv);
 		return NULL;
 	}
 	params = json_pack("{s:s, s:{}, s:{s:s, s:s}}",
 	    "protocolVersion", protocol_versions[0],
 	    "capabilities",
 	    "clientInfo", "name", "sandbox-agent", "version", VERSION);
-	mcp_server_ref(srv);	/* held by the start-up sequence */
+	mcp_conn_ref(srv);	/* held by the start-up sequence */
 	/* Only a closed connection refuses a call, and this one is new. */
-	jsonrpc_call(srv->rpc, "initialize", params, srv->start_timeout,
+	mcp_jsonrpc_call(srv->rpc, "initialize", params, srv->start_timeout,
 	    initialized, srv, err);
 	return srv;
 }
 
 int64_t
-mcp_server_call(struct mcp_server *srv, const char *tool, json_t *arguments,
-    double timeout, jsonrpc_done_cb done, void *arg, struct error *err)
+mcp_conn_call(struct mcp_conn *srv, const char *tool, json_t *arguments,
+    double timeout, mcp_jsonrpc_done_cb done, void *arg, struct error *err)
 {
 	json_t *params = json_pack("{s:s, s:O}", "name", tool,
 	    "arguments", arguments);
 
-	return jsonrpc_call(srv->rpc, "tools/call", params, timeout, done, arg,
+	return mcp_jsonrpc_call(srv->rpc, "tools/call", params, timeout, done, arg,
 	    err);
 }
 
 void
-mcp_server_cancel(struct mcp_server *srv, int64_t id)
+mcp_conn_cancel(struct mcp_conn *srv, int64_t id)
 {
-	jsonrpc_cancel(srv->rpc, id, "the client went away");
+	mcp_jsonrpc_cancel(srv->rpc, id, "the client went away");
 }

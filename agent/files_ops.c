@@ -4,7 +4,7 @@
  * undone, following symlinks by hand, and recursive removal.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include "xmalloc.h"
 
 #define FOLLOW_MAX	40	/* symlinks followed, as the kernel's ELOOP */
-#define REMOVE_DEPTH_MAX 4096	/* directory levels fsops_remove descends */
+#define REMOVE_DEPTH_MAX 4096	/* directory levels files_ops_remove descends */
 
 static const char *
 last_component(const char *rel)
@@ -42,7 +42,8 @@ entry_type(mode_t mode)
 }
 
 json_t *
-fsops_entry_json(struct agent *agent, const char *rel, const struct stat *st)
+files_ops_entry_json(struct agent *agent, const char *rel,
+    const struct stat *st)
 {
 	json_t *e = json_object();
 	char *abs = path_absolute(&agent->ws, rel);
@@ -62,7 +63,7 @@ fsops_entry_json(struct agent *agent, const char *rel, const struct stat *st)
 }
 
 json_t *
-fsops_entry_info(struct agent *agent, int dirfd, const char *name,
+files_ops_entry_info(struct agent *agent, int dirfd, const char *name,
     const char *rel, struct error *err)
 {
 	struct stat st;
@@ -72,11 +73,11 @@ fsops_entry_info(struct agent *agent, int dirfd, const char *name,
 		path_error(err, errno, "stat", rel);
 		return NULL;
 	}
-	return fsops_entry_json(agent, rel, &st);
+	return files_ops_entry_json(agent, rel, &st);
 }
 
 void
-fsops_give(struct agent *agent, int fd)
+files_ops_give(struct agent *agent, int fd)
 {
 	if (!agent->drop_ids)
 		return;
@@ -165,12 +166,12 @@ mkdir_step(struct agent *agent, int parent, const char *prefix,
 	/* Made by root only where the user cannot write: nobody swapped the
 	 * name, so the descriptor is the directory made. */
 	if (!as_user)
-		fsops_give(agent, fd);
+		files_ops_give(agent, fd);
 	return fd;
 }
 
 int
-fsops_mkdirs(struct agent *agent, const char *rel,
+files_ops_mkdirs(struct agent *agent, const char *rel,
     struct created_dirs *created, struct error *err)
 {
 	struct error e = { 0 };
@@ -208,7 +209,7 @@ fsops_mkdirs(struct agent *agent, const char *rel,
 }
 
 int
-fsops_open_parent(struct agent *agent, const char *rel,
+files_ops_open_parent(struct agent *agent, const char *rel,
     struct created_dirs *created, const char **base, struct error *err)
 {
 	const char *slash = strrchr(rel, '/');
@@ -221,13 +222,13 @@ fsops_open_parent(struct agent *agent, const char *rel,
 	}
 	*base = slash != NULL ? slash + 1 : rel;
 	dir = xstrndup(rel, slash != NULL ? (size_t)(slash - rel) : 0);
-	fd = fsops_mkdirs(agent, dir, created, err);
+	fd = files_ops_mkdirs(agent, dir, created, err);
 	free(dir);
 	return fd;
 }
 
 void
-fsops_created_undo(struct agent *agent, struct created_dirs *created)
+files_ops_created_undo(struct agent *agent, struct created_dirs *created)
 {
 	while (created->n > 0) {
 		char *rel = created->v[--created->n];
@@ -244,7 +245,7 @@ fsops_created_undo(struct agent *agent, struct created_dirs *created)
 }
 
 void
-fsops_created_free(struct created_dirs *created)
+files_ops_created_free(struct created_dirs *created)
 {
 	for (size_t i = 0; i < created->n; i++)
 		free(created->v[i]);
@@ -254,7 +255,7 @@ fsops_created_free(struct created_dirs *created)
 }
 
 int
-fsops_follow_links(struct agent *agent, const char *rel, char **out,
+files_ops_follow_links(struct agent *agent, const char *rel, char **out,
     struct error *err)
 {
 	char *cur = xstrdup(rel), target[PATH_MAX];
@@ -371,7 +372,8 @@ remove_tree(int parent, const char *name, const char *rel, int depth,
 }
 
 int
-fsops_remove(int dirfd, const char *name, const char *rel, struct error *err)
+files_ops_remove(int dirfd, const char *name, const char *rel,
+    struct error *err)
 {
 	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
 		return 0;

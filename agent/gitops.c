@@ -6,13 +6,14 @@
  *   POST /watcher/generate_diff {"commit_a"?, "commit_b"?}
  *   GET  /watcher/git_logs[?limit=N][&offset=M]
  *
- * This file holds the routes, the commit and the diff; git_diff.c writes
- * diffs as JSON, git_log.c the history.
+ * This file holds the routes, the commit and the diff; gitops_diff.c writes
+ * diffs as JSON, gitops_log.c the history. The prefix is gitops_, not git_:
+ * git_ is libgit2's, and ours must not collide with or pass for its names.
  *
  * The workspace root itself is the repository (no search upwards, so a
  * workspace inside some other checkout never commits into it); when it is
  * not one yet, the first git request initialises it. Every operation runs
- * on one worker thread (common/work.c), so a commit of a large tree does
+ * on one worker thread (work_queue.c), so a commit of a large tree does
  * not stall /healthz or the shell, and operations on the repository happen
  * one at a time, in the order they came. The repository is opened afresh
  * for each operation: shell commands may run git between two requests.
@@ -30,11 +31,11 @@
 #include <event2/buffer.h>
 #include <git2.h>
 
-#include "files.h"
-#include "git_internal.h"
+#include "files_staged.h"
+#include "gitops_internal.h"
 #include "json_util.h"
 #include "log.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define DEFAULT_MESSAGE "Automated commit"
@@ -88,7 +89,7 @@ config_search_paths(struct agent *agent)
 }
 
 void
-git_routes_init(struct agent *agent)
+gitops_routes_init(struct agent *agent)
 {
 	git_libgit2_init();
 	if (agent->drop_ids)
@@ -111,7 +112,7 @@ git_routes_init(struct agent *agent)
  * later git command in the workspace, so the running operation is let
  * finish; the queued ones are not started. */
 void
-git_routes_shutdown(void)
+gitops_routes_shutdown(void)
 {
 	atomic_store(&git_stopping, 1);
 	work_queue_free(git_queue);
@@ -133,7 +134,7 @@ open_workspace(const char *root, struct error *err)
 			log_info("git: initialised a repository in %s", root);
 	}
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot open the workspace repository");
+		gitops_error(err, rc, "cannot open the workspace repository");
 		return NULL;
 	}
 	if (git_repository_is_bare(repo)) {
@@ -154,7 +155,7 @@ skip_staged_uploads(const char *path, const char *matched, void *payload)
 
 	(void)matched;
 	(void)payload;
-	return staged_is_hidden_name(base != NULL ? base + 1 : path);
+	return files_staged_is_hidden_name(base != NULL ? base + 1 : path);
 }
 
 /* git add -A: new, changed and deleted files, .gitignore honoured (files
@@ -168,7 +169,7 @@ stage_all(git_repository *repo, git_index **out, struct error *err)
 
 	rc = git_repository_index(&index, repo);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read the index");
+		gitops_error(err, rc, "cannot read the index");
 		return -1;
 	}
 	rc = git_index_add_all(index, NULL, GIT_INDEX_ADD_DEFAULT,
@@ -178,7 +179,7 @@ stage_all(git_repository *repo, git_index **out, struct error *err)
 	if (rc == 0)
 		rc = git_index_write(index);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot stage the workspace's changes");
+		gitops_error(err, rc, "cannot stage the workspace's changes");
 		git_index_free(index);
 		return -1;
 	}
@@ -200,7 +201,7 @@ head_commit(git_repository *repo, git_commit **out, struct error *err)
 	if (rc == 0)
 		rc = git_commit_lookup(out, repo, &id);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read HEAD");
+		gitops_error(err, rc, "cannot read HEAD");
 		return -1;
 	}
 	return 0;
@@ -227,7 +228,7 @@ signature(git_repository *repo, git_signature **out, struct error *err)
 	    email != NULL ? email : FALLBACK_EMAIL);
 	git_config_free(cfg);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot make the commit's signature");
+		gitops_error(err, rc, "cannot make the commit's signature");
 		return -1;
 	}
 	return 0;
@@ -257,7 +258,7 @@ commit_run(struct git_job *job, git_repository *repo, struct error *err)
 	if (rc == 0)
 		rc = git_tree_lookup(&tree, repo, &tree_id);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot write the tree");
+		gitops_error(err, rc, "cannot write the tree");
 		goto out;
 	}
 	if (head_commit(repo, &parent, err) < 0 || signature(repo, &sig, err) < 0)
@@ -271,12 +272,12 @@ commit_run(struct git_job *job, git_repository *repo, struct error *err)
 		    tree, parent != NULL ? 1 : 0, parents);
 	}
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot commit");
+		gitops_error(err, rc, "cannot commit");
 		goto out;
 	}
 	git_oid_tostr(hex, sizeof hex, &id);
 	evbuffer_add_printf(job->answer, "{\"commit\":\"%s\",\"message\":", hex);
-	git_diff_append_string(job->answer, job->message,
+	gitops_append_string(job->answer, job->message,
 	    strlen(job->message));
 	evbuffer_add(job->answer, "}", 1);
 	ret = 0;
@@ -320,7 +321,7 @@ resolve_tree(git_repository *repo, const char *rev, git_tree **out,
 	git_object_free(commit);
 	git_object_free(obj);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read a commit");
+		gitops_error(err, rc, "cannot read a commit");
 		return -1;
 	}
 	return 0;
@@ -336,7 +337,7 @@ diff_run(struct git_job *job, git_repository *repo, struct error *err)
 	git_diff *diff = NULL;
 	int rc, ret = -1;
 
-	git_diff_options_default(&opts);
+	gitops_diff_options_default(&opts);
 	if (job->rev_a == NULL) {
 		if (stage_all(repo, &index, err) < 0 ||
 		    head_commit(repo, &head, err) < 0)
@@ -353,11 +354,11 @@ diff_run(struct git_job *job, git_repository *repo, struct error *err)
 		rc = git_diff_tree_to_tree(&diff, repo, old, new, &opts);
 	}
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot diff");
+		gitops_error(err, rc, "cannot diff");
 		goto out;
 	}
 	evbuffer_add(job->answer, "{\"diffs\":", 9);
-	if (git_diff_append_json(job->answer, diff, 0, err) < 0)
+	if (gitops_diff_append_json(job->answer, diff, 0, err) < 0)
 		goto out;
 	evbuffer_add(job->answer, "}", 1);
 	ret = 0;
@@ -373,7 +374,7 @@ out:
 static int
 logs_run(struct git_job *job, git_repository *repo, struct error *err)
 {
-	return git_log_append_json(job->answer, repo, job->limit, job->offset,
+	return gitops_log_append_json(job->answer, repo, job->limit, job->offset,
 	    err);
 }
 
@@ -463,7 +464,7 @@ body_object(struct http_request *req, struct error *err)
 }
 
 void
-git_route_commit(struct http_request *req, void *arg)
+gitops_route_commit(struct http_request *req, void *arg)
 {
 	struct error err = { 0 };
 	struct git_job *job;
@@ -484,7 +485,7 @@ git_route_commit(struct http_request *req, void *arg)
 }
 
 void
-git_route_diff(struct http_request *req, void *arg)
+gitops_route_diff(struct http_request *req, void *arg)
 {
 	struct error err = { 0 };
 	const char *a, *b;
@@ -536,7 +537,7 @@ query_number(struct http_request *req, const char *name, unsigned long def,
 }
 
 void
-git_route_logs(struct http_request *req, void *arg)
+gitops_route_logs(struct http_request *req, void *arg)
 {
 	unsigned long limit, offset;
 	struct error err = { 0 };

@@ -6,7 +6,7 @@
  * into an evbuffer, one file at a time, so a large diff exists once as its
  * text and once as its JSON, never as a tree of JSON values.
  */
-#include "git_internal.h"
+#include "gitops_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@
 #include "xmalloc.h"
 
 void
-git_diff_options_default(git_diff_options *opts)
+gitops_diff_options_default(git_diff_options *opts)
 {
 	git_diff_options_init(opts, GIT_DIFF_OPTIONS_VERSION);
 	opts->context_lines = 3;
@@ -27,7 +27,7 @@ git_diff_options_default(git_diff_options *opts)
 }
 
 void
-git_diff_error(struct error *err, int rc, const char *what)
+gitops_error(struct error *err, int rc, const char *what)
 {
 	const git_error *e = git_error_last();
 	int status = 500;
@@ -40,7 +40,7 @@ git_diff_error(struct error *err, int rc, const char *what)
 }
 
 void
-git_diff_append_string(struct evbuffer *out, const char *s, size_t len)
+gitops_append_string(struct evbuffer *out, const char *s, size_t len)
 {
 	char *clean = NULL;
 
@@ -77,7 +77,7 @@ add_hunk(struct evbuffer *text, git_patch *patch, size_t h,
 
 	rc = git_patch_get_hunk(&hunk, &nlines, patch, h);
 	if (rc < 0) {
-		git_diff_error(err, rc, "cannot read a diff hunk");
+		gitops_error(err, rc, "cannot read a diff hunk");
 		return -1;
 	}
 	evbuffer_add(text, "\n@@ ", 4);
@@ -88,7 +88,7 @@ add_hunk(struct evbuffer *text, git_patch *patch, size_t h,
 	for (size_t l = 0; l < nlines; l++) {
 		rc = git_patch_get_line_in_hunk(&line, patch, h, l);
 		if (rc < 0) {
-			git_diff_error(err, rc, "cannot read a diff line");
+			gitops_error(err, rc, "cannot read a diff line");
 			return -1;
 		}
 		switch (line->origin) {
@@ -136,7 +136,7 @@ patch_text(struct evbuffer *text, git_patch *patch, struct error *err)
 }
 
 int
-git_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
+gitops_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
     struct error *err)
 {
 	size_t n = git_diff_num_deltas(diff), written = 0;
@@ -149,7 +149,7 @@ git_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
 	for (size_t i = 0; i < n; i++) {
 		rc = git_patch_from_diff(&patch, diff, i);
 		if (rc < 0) {
-			git_diff_error(err, rc, "cannot compute a diff");
+			gitops_error(err, rc, "cannot compute a diff");
 			evbuffer_free(text);
 			return -1;
 		}
@@ -163,9 +163,9 @@ git_diff_append_json(struct evbuffer *out, git_diff *diff, size_t max,
 		path = git_patch_get_delta(patch)->new_file.path;
 		if (written++ > 0)
 			evbuffer_add(out, ",", 1);
-		git_diff_append_string(out, path, strlen(path));
+		gitops_append_string(out, path, strlen(path));
 		evbuffer_add(out, ":", 1);
-		git_diff_append_string(out,
+		gitops_append_string(out,
 		    (const char *)evbuffer_pullup(text, -1),
 		    evbuffer_get_length(text));
 		evbuffer_drain(text, evbuffer_get_length(text));

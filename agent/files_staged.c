@@ -18,7 +18,8 @@
  * to be the file we wrote.
  */
 #include "agent.h"
-#include "files.h"
+#include "files_staged.h"
+#include "files_ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,14 +28,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
-#include "work.h"
+#include "token.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
 #define HIDDEN_PREFIX	".sandbox-upload-"
@@ -52,7 +54,7 @@ is_private(const struct stat *st)
 }
 
 void
-staged_init(struct staged_file *f)
+files_staged_init(struct staged_file *f)
 {
 	f->fd = -1;
 	f->dirfd = -1;
@@ -62,13 +64,9 @@ staged_init(struct staged_file *f)
 static char *
 hidden_name(void)
 {
-	unsigned char r[HIDDEN_HEX / 2];
 	char hex[HIDDEN_HEX + 1];
 
-	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-		fatal("getrandom: %s", strerror(errno));
-	for (size_t i = 0; i < sizeof r; i++)
-		snprintf(hex + 2 * i, 3, "%02x", r[i]);
+	token_random_hex_n(hex, HIDDEN_HEX / 2);
 	return xasprintf(HIDDEN_PREFIX "%s", hex);
 }
 
@@ -95,10 +93,10 @@ create_hidden(int dirfd, char **name)
 }
 
 int
-staged_create(struct staged_file *f, int dirfd, int named, const char *rel,
-    struct error *err)
+files_staged_create(struct staged_file *f, int dirfd, int named,
+    const char *rel, struct error *err)
 {
-	staged_init(f);
+	files_staged_init(f);
 	if (!named) {
 		f->fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
 		if (f->fd < 0 && errno != EOPNOTSUPP && errno != EISDIR &&
@@ -116,7 +114,7 @@ staged_create(struct staged_file *f, int dirfd, int named, const char *rel,
 }
 
 void
-staged_close(struct staged_file *f)
+files_staged_close(struct staged_file *f)
 {
 	if (f->fd >= 0)
 		close(f->fd);
@@ -188,25 +186,20 @@ copy_data(int in, int out)
 		break;
 	}
 	for (;;) {
-		ssize_t n = pread(in, buf, sizeof buf, off), w;
+		ssize_t n = pread(in, buf, sizeof buf, off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return (int)n;
 		off += n;
-		for (char *p = buf; n > 0; p += w, n -= w) {
-			w = write(out, p, (size_t)n);
-			if (w < 0 && errno != EINTR)
-				return -1;
-			if (w < 0)
-				w = 0;
-		}
+		if (fdio_write_all(out, buf, (size_t)n) < 0)
+			return -1;
 	}
 }
 
 int
-staged_same_mount(int a, int b)
+files_staged_same_mount(int a, int b)
 {
 	struct statx xa, xb;
 	struct stat sa, sb;
@@ -216,27 +209,27 @@ staged_same_mount(int a, int b)
 	    (xa.stx_mask & xb.stx_mask & STATX_MNT_ID))
 		return xa.stx_mnt_id == xb.stx_mnt_id;
 	/* An older kernel: two bind mounts of one filesystem look alike
-	 * here, and staged_commit copies when the rename says EXDEV. */
+	 * here, and files_staged_commit copies when the rename says EXDEV. */
 	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev;
 }
 
 int
-staged_copy_to(struct staged_file *f, int dirfd, const char *rel,
+files_staged_copy_to(struct staged_file *f, int dirfd, const char *rel,
     struct error *err)
 {
 	struct staged_file copy;
 	int in, e;
 
 	if ((in = staged_fd(f, rel, err)) < 0 ||
-	    staged_create(&copy, dirfd, 0, rel, err) < 0)
+	    files_staged_create(&copy, dirfd, 0, rel, err) < 0)
 		return -1;
 	if (copy_data(in, copy.fd) < 0) {
 		e = errno;
-		staged_discard(&copy);
+		files_staged_discard(&copy);
 		path_error(err, e, "upload", rel);
 		return -1;
 	}
-	staged_discard(f);
+	files_staged_discard(f);
 	*f = copy;
 	return 0;
 }
@@ -248,7 +241,7 @@ static void
 adopt(struct staged_file *f, struct agent *agent, const struct stat *old)
 {
 	if (old == NULL) {
-		fsops_give(agent, f->fd);
+		files_ops_give(agent, f->fd);
 		return;
 	}
 	if (geteuid() == 0)
@@ -257,7 +250,7 @@ adopt(struct staged_file *f, struct agent *agent, const struct stat *old)
 }
 
 int
-staged_commit(struct staged_file *f, struct agent *agent, int dirfd,
+files_staged_commit(struct staged_file *f, struct agent *agent, int dirfd,
     const char *name, const char *rel, struct stat *st, struct error *err)
 {
 	struct stat old, now;
@@ -287,11 +280,11 @@ staged_commit(struct staged_file *f, struct agent *agent, int dirfd,
 			path_error(err, errno, "replace", rel);
 			return -1;
 		}
-		/* Two bind mounts of one filesystem, which staged_same_mount
+		/* Two bind mounts of one filesystem, which files_staged_same_mount
 		 * could not tell apart: a copy on the target's side. */
-		if (staged_copy_to(f, dirfd, rel, err) < 0)
+		if (files_staged_copy_to(f, dirfd, rel, err) < 0)
 			return -1;
-		return staged_commit(f, agent, dirfd, name, rel, st, err);
+		return files_staged_commit(f, agent, dirfd, name, rel, st, err);
 	}
 	free(f->name);
 	f->name = NULL;
@@ -305,24 +298,24 @@ landed:
 		    "the upload was put in place", rel);
 		return -1;
 	}
-	staged_close(f);
+	files_staged_close(f);
 	return 0;
 }
 
 void
-staged_discard(struct staged_file *f)
+files_staged_discard(struct staged_file *f)
 {
 	if (f->name != NULL && f->dirfd >= 0)
 		(void)unlinkat(f->dirfd, f->name, 0);
 	free(f->name);
-	staged_close(f);
-	staged_init(f);
+	files_staged_close(f);
+	files_staged_init(f);
 }
 
 /* Private directories. */
 
 void
-staged_dir_init(struct staged_dir *d)
+files_staged_dir_init(struct staged_dir *d)
 {
 	d->fd = -1;
 	d->parentfd = -1;
@@ -330,13 +323,13 @@ staged_dir_init(struct staged_dir *d)
 }
 
 int
-staged_dir_create(struct staged_dir *d, int parentfd, struct error *err)
+files_staged_dir_create(struct staged_dir *d, int parentfd, struct error *err)
 {
 	struct stat st;
 	char *name;
 	int fd, e;
 
-	staged_dir_init(d);
+	files_staged_dir_init(d);
 	for (int tries = 0;; tries++) {
 		name = hidden_name();
 		if (mkdirat(parentfd, name, PRIVATE_MODE) == 0)
@@ -373,7 +366,7 @@ staged_dir_create(struct staged_dir *d, int parentfd, struct error *err)
 }
 
 void
-staged_dir_remove(struct staged_dir *d)
+files_staged_dir_remove(struct staged_dir *d)
 {
 	struct stat st;
 
@@ -386,11 +379,11 @@ staged_dir_remove(struct staged_dir *d)
 		(void)unlinkat(d->parentfd, d->name, AT_REMOVEDIR);
 	close(d->fd);
 	free(d->name);
-	staged_dir_init(d);
+	files_staged_dir_init(d);
 }
 
 int
-staged_is_hidden_name(const char *name)
+files_staged_is_hidden_name(const char *name)
 {
 	size_t n = strlen(HIDDEN_PREFIX);
 
@@ -407,7 +400,7 @@ staged_is_hidden_name(const char *name)
 /* The sweep of stale hidden files, on a thread of its own: a workspace of
  * a million files must not hold up the agent's start. */
 
-/* Made by staged_sweep_start, freed on the loop by sweep_done. */
+/* Made by files_staged_sweep_start, freed on the loop by sweep_done. */
 struct sweep {
 	struct agent *agent;
 	struct timespec start;	/* of the agent: older files are stale */
@@ -445,7 +438,7 @@ sweep_private(struct sweep *s, int parent, const char *name)
 		return;
 	}
 	while ((de = readdir(d)) != NULL) {
-		if (staged_is_hidden_name(de->d_name) &&
+		if (files_staged_is_hidden_name(de->d_name) &&
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    S_ISREG(st.st_mode) && older(&st.st_mtim, &s->start) &&
 		    unlinkat(dirfd(d), de->d_name, 0) == 0)
@@ -473,7 +466,7 @@ sweep_dir(struct sweep *s, const char *rel, char ***todo, size_t *n,
 		return;
 	}
 	while ((de = readdir(d)) != NULL) {
-		int hidden = staged_is_hidden_name(de->d_name);
+		int hidden = files_staged_is_hidden_name(de->d_name);
 		struct stat st;
 
 		if (strcmp(de->d_name, ".") == 0 ||
@@ -549,7 +542,7 @@ sweep_done(void *arg)
 }
 
 void
-staged_sweep_start(struct agent *agent)
+files_staged_sweep_start(struct agent *agent)
 {
 	struct sweep *s = xcalloc(1, sizeof *s);
 
@@ -567,7 +560,7 @@ staged_sweep_start(struct agent *agent)
 }
 
 void
-staged_sweep_shutdown(void)
+files_staged_sweep_shutdown(void)
 {
 	atomic_store(&sweep_stopping, 1);
 	work_queue_free(sweep_queue);

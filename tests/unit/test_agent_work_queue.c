@@ -1,4 +1,4 @@
-/* common/work.c: jobs run on another thread, in order, and finish on the
+/* agent/work_queue.c: jobs run on another thread, in order, and finish on the
  * loop thread while the loop keeps running. */
 #include <pthread.h>
 #include <semaphore.h>
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "work.h"
+#include "work_queue.h"
 
 #define NJOBS 64
 

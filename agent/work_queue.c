@@ -1,4 +1,4 @@
-#include "work.h"
+#include "work_queue.h"
 
 #include <errno.h>
 #include <pthread.h>

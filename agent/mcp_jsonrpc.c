@@ -27,18 +27,18 @@ struct pending {
 	int64_t id;
 	char *method;
 	double timeout;
-	jsonrpc_done_cb done;
+	mcp_jsonrpc_done_cb done;
 	void *arg;
 	struct event *timer;
-	struct jsonrpc *rpc;
+	struct mcp_jsonrpc *rpc;
 	TAILQ_ENTRY(pending) entry;
 };
 
-/* Owned by its MCP server; freed by jsonrpc_free. */
-struct jsonrpc {
+/* Owned by its MCP server; freed by mcp_jsonrpc_free. */
+struct mcp_jsonrpc {
 	struct event_base *base;
 	char *name;
-	struct jsonrpc_peer peer;
+	struct mcp_jsonrpc_peer peer;
 	void *arg;
 	int64_t next_id;
 	int closed;
@@ -46,11 +46,11 @@ struct jsonrpc {
 	TAILQ_HEAD(, pending) pending;
 };
 
-struct jsonrpc *
-jsonrpc_new(struct event_base *base, const char *name,
-    const struct jsonrpc_peer *peer, void *arg)
+struct mcp_jsonrpc *
+mcp_jsonrpc_new(struct event_base *base, const char *name,
+    const struct mcp_jsonrpc_peer *peer, void *arg)
 {
-	struct jsonrpc *rpc = xcalloc(1, sizeof *rpc);
+	struct mcp_jsonrpc *rpc = xcalloc(1, sizeof *rpc);
 
 	rpc->base = base;
 	rpc->name = xstrdup(name);
@@ -72,7 +72,7 @@ pending_free(struct pending *p)
 static void
 pending_end(struct pending *p, json_t *result, const struct error *err)
 {
-	jsonrpc_done_cb done = p->done;
+	mcp_jsonrpc_done_cb done = p->done;
 	void *arg = p->arg;
 
 	pending_free(p);
@@ -80,7 +80,7 @@ pending_end(struct pending *p, json_t *result, const struct error *err)
 }
 
 void
-jsonrpc_free(struct jsonrpc *rpc)
+mcp_jsonrpc_free(struct mcp_jsonrpc *rpc)
 {
 	struct pending *p;
 
@@ -95,7 +95,7 @@ jsonrpc_free(struct jsonrpc *rpc)
 }
 
 static void
-send_message(struct jsonrpc *rpc, json_t *msg)
+send_message(struct mcp_jsonrpc *rpc, json_t *msg)
 {
 	json_object_set_new(msg, "jsonrpc", json_string("2.0"));
 	rpc->peer.send(rpc->arg, msg);
@@ -103,7 +103,7 @@ send_message(struct jsonrpc *rpc, json_t *msg)
 }
 
 void
-jsonrpc_notify(struct jsonrpc *rpc, const char *method, json_t *params)
+mcp_jsonrpc_notify(struct mcp_jsonrpc *rpc, const char *method, json_t *params)
 {
 	json_t *msg;
 
@@ -119,9 +119,9 @@ jsonrpc_notify(struct jsonrpc *rpc, const char *method, json_t *params)
 }
 
 static void
-send_cancelled(struct jsonrpc *rpc, int64_t id, const char *reason)
+send_cancelled(struct mcp_jsonrpc *rpc, int64_t id, const char *reason)
 {
-	jsonrpc_notify(rpc, "notifications/cancelled", json_pack("{s:I, s:s}",
+	mcp_jsonrpc_notify(rpc, "notifications/cancelled", json_pack("{s:I, s:s}",
 	    "requestId", (json_int_t)id, "reason", reason));
 }
 
@@ -129,7 +129,7 @@ static void
 timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct pending *p = arg;
-	struct jsonrpc *rpc = p->rpc;
+	struct mcp_jsonrpc *rpc = p->rpc;
 	struct error err;
 
 	(void)fd;
@@ -142,8 +142,8 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 int64_t
-jsonrpc_call(struct jsonrpc *rpc, const char *method, json_t *params,
-    double timeout, jsonrpc_done_cb done, void *arg, struct error *err)
+mcp_jsonrpc_call(struct mcp_jsonrpc *rpc, const char *method, json_t *params,
+    double timeout, mcp_jsonrpc_done_cb done, void *arg, struct error *err)
 {
 	struct timeval tv;
 	struct pending *p;
@@ -176,7 +176,7 @@ jsonrpc_call(struct jsonrpc *rpc, const char *method, json_t *params,
 }
 
 static struct pending *
-pending_take(struct jsonrpc *rpc, int64_t id)
+pending_take(struct mcp_jsonrpc *rpc, int64_t id)
 {
 	struct pending *p;
 
@@ -190,7 +190,7 @@ pending_take(struct jsonrpc *rpc, int64_t id)
 }
 
 void
-jsonrpc_cancel(struct jsonrpc *rpc, int64_t id, const char *reason)
+mcp_jsonrpc_cancel(struct mcp_jsonrpc *rpc, int64_t id, const char *reason)
 {
 	struct pending *p = pending_take(rpc, id);
 
@@ -201,7 +201,7 @@ jsonrpc_cancel(struct jsonrpc *rpc, int64_t id, const char *reason)
 }
 
 void
-jsonrpc_fail(struct jsonrpc *rpc, int64_t id, const struct error *err)
+mcp_jsonrpc_fail(struct mcp_jsonrpc *rpc, int64_t id, const struct error *err)
 {
 	struct pending *p = pending_take(rpc, id);
 
@@ -210,7 +210,7 @@ jsonrpc_fail(struct jsonrpc *rpc, int64_t id, const struct error *err)
 }
 
 void
-jsonrpc_close(struct jsonrpc *rpc, const struct error *err)
+mcp_jsonrpc_close(struct mcp_jsonrpc *rpc, const struct error *err)
 {
 	struct pending *p;
 
@@ -226,7 +226,7 @@ jsonrpc_close(struct jsonrpc *rpc, const struct error *err)
 
 /* The peer asks us something. */
 static void
-answer_request(struct jsonrpc *rpc, const char *method, json_t *id)
+answer_request(struct mcp_jsonrpc *rpc, const char *method, json_t *id)
 {
 	json_t *msg = json_object();
 
@@ -244,7 +244,7 @@ answer_request(struct jsonrpc *rpc, const char *method, json_t *id)
 }
 
 static void
-answer_error(struct jsonrpc *rpc, struct pending *p, json_t *e)
+answer_error(struct mcp_jsonrpc *rpc, struct pending *p, json_t *e)
 {
 	json_t *code = json_object_get(e, "code");
 	const char *message = json_string_value(json_object_get(e, "message"));
@@ -262,7 +262,7 @@ answer_error(struct jsonrpc *rpc, struct pending *p, json_t *e)
 }
 
 static void
-receive_one(struct jsonrpc *rpc, json_t *msg)
+receive_one(struct mcp_jsonrpc *rpc, json_t *msg)
 {
 	json_t *method, *id, *value;
 	struct pending *p;
@@ -304,7 +304,7 @@ receive_one(struct jsonrpc *rpc, json_t *msg)
 }
 
 void
-jsonrpc_receive(struct jsonrpc *rpc, json_t *msg)
+mcp_jsonrpc_receive(struct mcp_jsonrpc *rpc, json_t *msg)
 {
 	size_t i;
 	json_t *m;

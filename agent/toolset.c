@@ -8,10 +8,10 @@
  * enabled at start, before any server exists, so this is simply "the first
  * registered wins"; each group is listed as one more server named after it.
  *
- * A call runs on a worker thread (common/work.h), so that a tree of a
+ * A call runs on a worker thread (work_queue.c), so that a tree of a
  * million files or a file of a gigabyte holds up no other request; the
  * tools share nothing but the workspace's root descriptor, so calls run
- * side by side on up to TOOLS_WORKERS threads.
+ * side by side on up to TOOLSET_WORKERS threads.
  */
 #include "agent.h"
 #include "toolset.h"
@@ -24,10 +24,10 @@
 #include <event2/event.h>
 
 #include "log.h"
-#include "work.h"
+#include "work_queue.h"
 #include "xmalloc.h"
 
-#define TOOLS_WORKERS 4
+#define TOOLSET_WORKERS 4
 
 /* Every group the agent knows, by --tools name; ends with a NULL name. */
 static const struct {
@@ -50,7 +50,7 @@ known_group(const char *name, size_t len)
 }
 
 int
-tools_setup(struct agent *agent, const char *list, struct error *err)
+toolset_setup(struct agent *agent, const char *list, struct error *err)
 {
 	const char *p = list;
 
@@ -69,7 +69,7 @@ tools_setup(struct agent *agent, const char *list, struct error *err)
 			return -1;
 		}
 		p += len;
-		if (tools_group(agent, g->name) != NULL)
+		if (toolset_group(agent, g->name) != NULL)
 			continue;
 		for (size_t i = 0; i < g->ntools; i++) {
 			json_t *schema = json_loads(g->tools[i].input_schema, 0,
@@ -90,7 +90,7 @@ tools_setup(struct agent *agent, const char *list, struct error *err)
 }
 
 const struct tool_group *
-tools_group(struct agent *agent, const char *name)
+toolset_group(struct agent *agent, const char *name)
 {
 	for (size_t i = 0; i < agent->ntool_groups; i++)
 		if (strcmp(agent->tool_groups[i]->name, name) == 0)
@@ -99,7 +99,7 @@ tools_group(struct agent *agent, const char *name)
 }
 
 json_t *
-tools_list_entry(const char *name, const char *description,
+toolset_list_entry(const char *name, const char *description,
     json_t *input_schema)
 {
 	json_t *properties = json_object_get(input_schema, "properties");
@@ -121,7 +121,7 @@ tools_list_entry(const char *name, const char *description,
 }
 
 void
-tools_list_native(struct agent *agent, json_t *answer)
+toolset_list_native(struct agent *agent, json_t *answer)
 {
 	for (size_t g = 0; g < agent->ntool_groups; g++) {
 		const struct tool_group *group = agent->tool_groups[g];
@@ -132,7 +132,7 @@ tools_list_native(struct agent *agent, json_t *answer)
 			json_t *schema = json_loads(t->input_schema, 0, NULL);
 
 			json_object_set_new(tools, t->name,
-			    tools_list_entry(t->name, t->description, schema));
+			    toolset_list_entry(t->name, t->description, schema));
 			json_decref(schema);
 		}
 		json_object_set_new(answer, group->name, tools);
@@ -140,7 +140,7 @@ tools_list_native(struct agent *agent, json_t *answer)
 }
 
 const struct tool *
-tools_find(struct agent *agent, const char *name)
+toolset_find(struct agent *agent, const char *name)
 {
 	for (size_t g = 0; g < agent->ntool_groups; g++) {
 		const struct tool_group *group = agent->tool_groups[g];
@@ -153,7 +153,7 @@ tools_find(struct agent *agent, const char *name)
 }
 
 void
-tools_result_normalize(json_t *result)
+toolset_result_normalize(json_t *result)
 {
 	json_t *meta = json_object_get(result, "_meta");
 
@@ -179,15 +179,15 @@ struct tool_job {
 	struct error err;
 	int failed;
 	size_t queue;			/* which worker has it */
-	tools_done_cb done;
+	toolset_done_cb done;
 	void *arg;
 };
 
-/* The workers, started as calls come in, up to TOOLS_WORKERS; they live
- * until tools_shutdown. pending counts each one's calls not yet answered
+/* The workers, started as calls come in, up to TOOLSET_WORKERS; they live
+ * until toolset_shutdown. pending counts each one's calls not yet answered
  * (loop thread only). */
-static struct work_queue *queues[TOOLS_WORKERS];
-static unsigned pending[TOOLS_WORKERS];
+static struct work_queue *queues[TOOLSET_WORKERS];
+static unsigned pending[TOOLSET_WORKERS];
 static size_t nqueues;
 /* Set at shutdown: queued calls are answered 503 instead of run. */
 static atomic_int stopping;
@@ -221,7 +221,7 @@ job_run(void *arg)
 		job->failed = 1;
 		return;
 	}
-	tools_result_normalize(result);
+	toolset_result_normalize(result);
 	text = json_dumps(result, JSON_COMPACT);
 	json_decref(result);
 	if (text == NULL) {
@@ -256,7 +256,7 @@ job_done(void *arg)
 	job_finish(job);
 }
 
-/* No worker: the refusal still comes from the loop, after tools_call
+/* No worker: the refusal still comes from the loop, after toolset_call
  * returned. */
 static void
 refused_cb(evutil_socket_t fd, short what, void *arg)
@@ -266,7 +266,7 @@ refused_cb(evutil_socket_t fd, short what, void *arg)
 	job_finish(arg);
 }
 
-/* An idle worker, a new one while there are fewer than TOOLS_WORKERS,
+/* An idle worker, a new one while there are fewer than TOOLSET_WORKERS,
  * else the least busy; -1 when not even one could be started. */
 static ssize_t
 pick_queue(struct agent *agent)
@@ -279,15 +279,15 @@ pick_queue(struct agent *agent)
 		if (pending[i] < pending[best])
 			best = i;
 	}
-	if (nqueues < TOOLS_WORKERS &&
+	if (nqueues < TOOLSET_WORKERS &&
 	    (queues[nqueues] = work_queue_new(agent->base)) != NULL)
 		return (ssize_t)nqueues++;
 	return nqueues > 0 ? (ssize_t)best : -1;
 }
 
 void
-tools_call(struct agent *agent, const struct tool *tool, json_t *arguments,
-    tools_done_cb done, void *arg)
+toolset_call(struct agent *agent, const struct tool *tool, json_t *arguments,
+    toolset_done_cb done, void *arg)
 {
 	struct tool_job *job = xcalloc(1, sizeof *job);
 	ssize_t q = pick_queue(agent);
@@ -313,7 +313,7 @@ tools_call(struct agent *agent, const struct tool *tool, json_t *arguments,
 /* A call under way is let finish (a write_file cut off would leave a
  * temporary file behind); the queued ones are answered without running. */
 void
-tools_shutdown(void)
+toolset_shutdown(void)
 {
 	atomic_store(&stopping, 1);
 	for (size_t i = 0; i < nqueues; i++)

@@ -1,11 +1,11 @@
 /*
  * A pool of worker threads for jobs that may each block for long on their
  * own: a read from a slow disk, the removal of a huge tree. Unlike a
- * work_queue (work.h), whose jobs run one after the other, a job here does
- * not wait behind another: an idle thread takes it, else a new thread
- * starts, up to the pool's cap (past it, jobs wait for a thread). Threads
- * idle for a while exit, so a quiet agent holds none: each counts against
- * the sandbox's limit of processes.
+ * work_queue (work_queue.h), whose jobs run one after the other, a job
+ * here does not wait behind another: an idle thread takes it, else a new
+ * thread starts, up to the pool's cap (past it, jobs wait for a thread).
+ * Threads idle for a while exit, so a quiet agent holds none: each counts
+ * against the sandbox's limit of processes.
  *
  * run(arg) runs on a worker and must not touch the event loop; done(arg)
  * then runs on the loop thread, never from inside work_pool_submit.
@@ -14,7 +14,7 @@
 #define WORK_POOL_H
 
 #include "error.h"
-#include "work.h"
+#include "work_queue.h"
 
 struct event_base;
 struct work_pool;

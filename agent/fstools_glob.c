@@ -7,7 +7,7 @@
  * characters match literally.
  */
 #include "fstools.h"
-#include "fsglob.h"
+#include "fstools_glob.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -488,14 +488,14 @@ parts_match(const struct alternative *a, const struct path_segs *f,
 }
 
 void
-fsglob_strv_add(struct strv *sv, char *s)
+fs_glob_strv_add(struct strv *sv, char *s)
 {
 	sv->v = xreallocarray(sv->v, sv->n + 1, sizeof *sv->v);
 	sv->v[sv->n++] = s;
 }
 
 void
-fsglob_strv_free(struct strv *sv)
+fs_glob_strv_free(struct strv *sv)
 {
 	for (size_t i = 0; i < sv->n; i++)
 		free(sv->v[i]);
@@ -516,14 +516,14 @@ compile_alternative(struct alternative *a, const char *pattern)
 	for (;;) {
 		size_t len = strcspn(p, "/");
 
-		fsglob_strv_add(&parts, xstrndup(p, len));
+		fs_glob_strv_add(&parts, xstrndup(p, len));
 		p += len;
 		if (*p == '\0')
 			break;
 		while (*p == '/')
 			p++;
 		if (*p == '\0') {
-			fsglob_strv_add(&parts, xstrdup(""));
+			fs_glob_strv_add(&parts, xstrdup(""));
 			break;
 		}
 	}
@@ -539,16 +539,16 @@ compile_alternative(struct alternative *a, const char *pattern)
 			free(kept.v[--kept.n]);
 			continue;
 		}
-		fsglob_strv_add(&kept, xstrdup(parts.v[i]));
+		fs_glob_strv_add(&kept, xstrdup(parts.v[i]));
 	}
 	if (kept.n == 0)
-		fsglob_strv_add(&kept, xstrdup(""));
+		fs_glob_strv_add(&kept, xstrdup(""));
 	a->segs = xcalloc(kept.n, sizeof *a->segs);
 	a->nsegs = kept.n;
 	for (size_t i = 0; i < kept.n && ok; i++)
 		ok = parse_segment(&a->segs[i], kept.v[i]);
-	fsglob_strv_free(&parts);
-	fsglob_strv_free(&kept);
+	fs_glob_strv_free(&parts);
+	fs_glob_strv_free(&kept);
 	return ok;
 }
 
@@ -578,7 +578,7 @@ fs_glob_compile(const char *pattern)
 		g->negate = !g->negate;
 		pattern++;
 	}
-	fsglob_brace_expand(pattern, &set);
+	fs_glob_brace_expand(pattern, &set);
 	g->alts = xcalloc(set.n + 1, sizeof *g->alts);
 	for (size_t i = 0; i < set.n; i++) {
 		size_t j;
@@ -592,7 +592,7 @@ fs_glob_compile(const char *pattern)
 		else
 			alternative_free(&g->alts[g->nalts]);
 	}
-	fsglob_strv_free(&set);
+	fs_glob_strv_free(&set);
 	return g;
 }
 

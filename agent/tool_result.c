@@ -11,7 +11,7 @@
 #include "xmalloc.h"
 
 json_t *
-agent_tool_result(int is_error, size_t n, const char *const *texts,
+tool_result_new(int is_error, size_t n, const char *const *texts,
     const size_t *lens, const char *const *descriptions)
 {
 	json_t *result = json_object(), *content = json_array();
@@ -135,16 +135,16 @@ writer_gone(struct http_request *req, void *arg)
 }
 
 void
-agent_tool_result_stream(struct http_request *req, int is_error, size_t n,
+tool_result_stream(struct http_request *req, int is_error, size_t n,
     struct evbuffer **bufs, const char *const *descriptions,
     void (*done)(void *arg), void *arg)
 {
-	agent_tool_result_stream_items(req, is_error, n, bufs, descriptions,
+	tool_result_stream_items(req, is_error, n, bufs, descriptions,
 	    NULL, done, arg);
 }
 
 void
-agent_tool_result_stream_items(struct http_request *req, int is_error,
+tool_result_stream_items(struct http_request *req, int is_error,
     size_t n, struct evbuffer **bufs, const char *const *descriptions,
     json_t *extra, void (*done)(void *arg), void *arg)
 {
