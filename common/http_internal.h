@@ -52,6 +52,8 @@ struct http_listener {
 	char *unix_path;	/* unlinked when the listener goes */
 };
 
+#define HTTP_REFUSED_MAX	16	/* refused sockets read before closing */
+
 struct http_server {
 	struct event_base *base;
 	struct http_server_config cfg;
@@ -68,6 +70,12 @@ struct http_server {
 	struct event *backoff_ev;
 	double backoff;			/* seconds of the next pause */
 	int accept_paused;
+	/* Refused at the limit, answered, read until the client closes
+	 * (http_listen.c): a fixed few, so refusing costs no more. */
+	struct http_refused {
+		evutil_socket_t fd;
+		struct event *ev;
+	} refused[HTTP_REFUSED_MAX];
 	/* Lines clients can cause as fast as they like. */
 	struct log_rate accept_log;	/* accept failures */
 	struct log_rate full_log;	/* refused at the connection limit */

@@ -2,8 +2,8 @@
  * The listening sockets of the HTTP server: TCP and unix, and what to do
  * with each connection they accept.
  *
- * Limits: past max_connections a new connection gets a fixed 503 and is
- * closed at once. When accept itself fails for want of descriptors or
+ * Limits: past max_connections a new connection gets a fixed 503 and our
+ * side is shut (read until the client closes, a fixed few at a time). When accept itself fails for want of descriptors or
  * memory, the listening socket stays readable, and libevent would call
  * us again at once, forever: accepting pauses instead (from 50 ms,
  * doubling to 2 s while it keeps failing), and resumes early when one of
@@ -88,15 +88,54 @@ http_listeners_conn_closed(struct http_server *server)
 	}
 }
 
+/* A refused socket's end: whatever the client still sends is read and
+ * dropped until it closes, or for REFUSED_SECONDS at most. */
+static void
+refused_close(struct http_refused *r)
+{
+	event_free(r->ev);
+	r->ev = NULL;
+	evutil_closesocket(r->fd);
+	r->fd = -1;
+}
+
+static void
+refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_refused *r = arg;
+	char sink[4096];
+	ssize_t n;
+
+	if (what & EV_TIMEOUT) {
+		refused_close(r);
+		return;
+	}
+	for (int i = 0; i < 16; i++) {
+		n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		refused_close(r);
+		return;
+	}
+}
+
 /* Over the limit: a fixed answer, written without waiting (a fresh socket
- * has room for it), and the socket closed. What the client already sent
- * is read first, so the close does not reset the connection under the
- * answer. */
+ * has room for it), and our side shut. A request that arrives after the
+ * close would make the kernel reset the connection, and a reset can drop
+ * the answer from the client's buffer before it reads it: so the socket
+ * is read until the client closes, for up to REFUSED_SECONDS, in one of
+ * HTTP_REFUSED_MAX places (when all are taken, closed at once, as
+ * before; refusing must not hold more than a fixed few descriptors). */
+#define REFUSED_SECONDS	2
+
 static void
 refuse_full(struct http_server *server, evutil_socket_t fd, const char *peer)
 {
 	static const char body[] = "{\"detail\":\"too many connections; "
 	    "retry later\"}";
+	struct timeval tv = { REFUSED_SECONDS, 0 };
 	char sink[4096], answer[256];
 	int n;
 
@@ -108,8 +147,24 @@ refuse_full(struct http_server *server, evutil_socket_t fd, const char *peer)
 	n = snprintf(answer, sizeof answer, "HTTP/1.1 503 Service Unavailable"
 	    "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
 	    "Connection: close\r\n\r\n%s", sizeof body - 1, body);
-	if (send(fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+	if (send(fd, answer, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 		log_debug("http: cannot refuse %s: %s", peer, strerror(errno));
+		evutil_closesocket(fd);
+		return;
+	}
+	for (size_t i = 0; i < HTTP_REFUSED_MAX; i++) {
+		struct http_refused *r = &server->refused[i];
+
+		if (r->ev != NULL)
+			continue;
+		shutdown(fd, SHUT_WR);
+		evutil_make_socket_nonblocking(fd);
+		r->fd = fd;
+		r->ev = event_new(server->base, fd, EV_READ | EV_PERSIST,
+		    refused_cb, r);
+		event_add(r->ev, &tv);
+		return;
+	}
 	evutil_closesocket(fd);
 }
 
@@ -328,4 +383,8 @@ http_listeners_close(struct http_server *server)
 	free(server->listeners);
 	server->listeners = NULL;
 	server->nlisteners = 0;
+	for (size_t i = 0; i < HTTP_REFUSED_MAX; i++) {
+		if (server->refused[i].ev != NULL)
+			refused_close(&server->refused[i]);
+	}
 }

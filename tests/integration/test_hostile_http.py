@@ -208,6 +208,34 @@ def test_agent_connection_limit(start_agent):
     assert a.read_log().count("the limit: refusing") == 1
 
 
+def test_agent_refusal_is_not_reset(start_agent):
+    # Refused at the limit, the agent read what had come and closed: what
+    # came after (or a body longer than it read) was unread at the close,
+    # so the kernel reset the connection instead of ending it, and the
+    # client got "connection reset" after the 503 (under load, with a
+    # plain GET that arrived between the read and the close).
+    a = start_agent(env={"AGENT_MAX_CONNECTIONS": "2"})
+    a.session.close()
+    held = [socket.create_connection(("127.0.0.1", a.port)) for _ in range(2)]
+    body = b"x" * (1 << 20)
+    try:
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
+            s.sendall(b"POST /healthz HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            out = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        assert answer(out) == (503, b'{"detail":"too many connections; '
+                               b'retry later"}')
+    finally:
+        for s in held:
+            s.close()
+
+
 def low_fd_limit():
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 
