@@ -59,6 +59,12 @@ create_body(const struct backend_spec *s)
 	json_object_set_new(body, "Labels", json_deep_copy(s->labels));
 	/* Give the agent a moment to stop its children, no more. */
 	json_object_set_new(body, "StopTimeout", json_integer(2));
+	/* The images' HEALTHCHECK is for a plain `docker run`: sandboxd
+	 * probes each agent itself, and Docker's check is a process exec'd
+	 * in every container every 15 s, which with hundreds of sandboxes
+	 * keeps dockerd and containerd busy for nothing. */
+	json_object_set_new(body, "Healthcheck", json_pack("{s:[s]}", "Test",
+	    "NONE"));
 
 	json_object_set_new(host, "Binds", string_array(s->binds));
 	if (s->memory > 0) {

@@ -74,3 +74,15 @@ def test_pool_respects_the_instance_limit(start_sandboxd):
     assert r.json()["data"] is None
     assert "MAX_SANDBOX_INSTANCES" in r.json()["detail"]
     assert len(s.containers()) == 2
+
+
+def test_sandboxes_run_without_dockers_healthcheck(start_sandboxd):
+    # The images keep a HEALTHCHECK for a plain `docker run`; sandboxd
+    # probes its agents itself, so its containers turn Docker's off (an
+    # exec in every container every 15 s, for nothing).
+    s = start_sandboxd(env={"POOL_SIZE": "1"})
+    wait_until(lambda: pool_ready(s) == 1, 60, what="pool of 1")
+    name = s.rpc("create_from_pool", sandbox_type="minimal")
+    c = s.inspect(name)
+    assert c["Config"]["Healthcheck"]["Test"] == ["NONE"]
+    assert "Health" not in c["State"]
