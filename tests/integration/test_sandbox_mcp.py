@@ -13,8 +13,8 @@ import time
 import pytest
 
 from conftest import ROOT
-from sandboxd_fixtures import (base_tag, minimal_tag, start_sandboxd,  # noqa: F401
-                               wait_until)
+from sandboxd_fixtures import (base_tag, filesystem_tag,  # noqa: F401
+                               minimal_tag, start_sandboxd, wait_until)
 
 NODE = "/usr/bin/node"
 CLIENT = os.path.join(os.path.dirname(__file__), "sandbox_mcp_client.mjs")
@@ -108,6 +108,25 @@ def test_ipython_state_kept_in_one_session(start_sandboxd, base_tag):
     assert other["result"]["isError"] is True
     assert "NameError" in texts(other["result"])[1]
     wait_until(lambda: no_sandbox_left(s), what="the sandboxes released")
+
+
+def test_filesystem_type(start_sandboxd, filesystem_tag):
+    """The filesystem type's MCP tools, under the names the SDK's
+    list_tools shows, write and read a file."""
+    s = start_sandboxd(tag=filesystem_tag, token="tok")
+    steps = [{"op": "list"},
+             {"op": "call", "name": "write_file",
+              "arguments": {"path": "/workspace/a.md", "content": "alpha\n"}},
+             {"op": "call", "name": "read_file",
+              "arguments": {"path": "/workspace/a.md"}}]
+    (_, listed, wrote, read), _ = run_client(
+        sandbox_args(s, "filesystem"), steps)
+    names = {t["name"] for t in listed["result"]["tools"]}
+    assert {"read_file", "write_file", "edit_file", "list_directory",
+            "directory_tree", "search_files", "run_shell_command"} <= names
+    assert wrote["result"]["isError"] is False, wrote
+    assert texts(read["result"]) == ["alpha\n"], read
+    wait_until(lambda: no_sandbox_left(s), what="the sandbox released")
 
 
 def test_errors_leave_the_server_running(start_sandboxd):
