@@ -156,6 +156,34 @@ describe(struct error *e, const char *route, int status, json_t *answer,
 		    detail : "an answer without \"data\"");
 }
 
+/* sandboxd no longer has our sandbox (released by someone else, or by
+ * its reaper after HEARTBEAT_TIMEOUT without calls): forget it, so that
+ * the next call creates a new one, and say so in e. 0 when the failure
+ * was something else. */
+static int
+box_gone(int status, json_t *answer, struct error *e)
+{
+	const char *detail = json_string_value(json_object_get(answer,
+	    "detail"));
+
+	if ((status != 404 && status != 409) || detail == NULL ||
+	    strstr(detail, smcp.box_name) == NULL ||
+	    (strstr(detail, "no sandbox") == NULL &&
+	    strstr(detail, "is released") == NULL))
+		return 0;
+	error_set(e, 410, "the sandbox %s is gone (sandboxd: %s), released "
+	    "by sandboxd or someone else, e.g. after its HEARTBEAT_TIMEOUT "
+	    "without calls; the next call creates a new sandbox, without "
+	    "the old one's files and state", smcp.box_name, detail);
+	log_warn("%s", e->msg);
+	free(smcp.box_name);
+	smcp.box_name = NULL;
+	json_decref(smcp.tools);
+	smcp.tools = NULL;
+	smcp.box_state = SMCP_BOX_NONE;
+	return 1;
+}
+
 static void
 unlink_call(struct smcp_call *c)
 {
@@ -266,7 +294,8 @@ list_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 
 	c->up = NULL;
 	if (err != NULL || status != 200 || !json_is_object(data)) {
-		describe(&e, "list_tools", status, answer, err);
+		if (smcp.box_name == NULL || !box_gone(status, answer, &e))
+			describe(&e, "list_tools", status, answer, err);
 		fail_call(c, &e);
 		return;
 	}
@@ -300,7 +329,8 @@ call_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 
 	c->up = NULL;
 	if (err != NULL || status != 200 || !json_is_object(data)) {
-		describe(&e, "call_tool", status, answer, err);
+		if (smcp.box_name == NULL || !box_gone(status, answer, &e))
+			describe(&e, "call_tool", status, answer, err);
 		error_prefix(&e, "tool %s failed", c->tool);
 		fail_call(c, &e);
 		return;

@@ -268,6 +268,36 @@ def test_sandboxd_unreachable_or_type_unknown(start_sandboxd):
     assert "bearer token" in answers[0]["error"]["message"], answers
 
 
+def test_sandbox_released_elsewhere_is_replaced(start_sandboxd):
+    """sandboxd ends the sandbox behind our back (its idle reaper, another
+    client): the call says so, and the next one runs in a new sandbox."""
+    s = start_sandboxd(token="tok")
+    p = subprocess.Popen([MCP_BIN, *sandbox_args(s)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=mcp_env())
+
+    def shell(i, command):
+        p.stdin.write(req(i, "tools/call", {"name": "run_shell_command",
+                                            "arguments": {"command": command}}))
+        p.stdin.flush()
+        return json.loads(p.stdout.readline())["result"]
+
+    assert texts(shell(1, "echo one > /workspace/f; cat /workspace/f")) \
+        == ["one\n", "0"]
+    [first] = s.containers()
+    assert s.rpc("release", identity=first) is True
+    gone = shell(2, "cat /workspace/f")
+    assert gone["isError"] is True
+    assert "is gone" in gone["content"][0]["text"], gone
+    again = shell(3, "ls /workspace; echo new")
+    assert texts(again) == ["new\n", "0"], again
+    [second] = s.containers()
+    assert second != first
+    p.stdin.close()
+    assert p.wait(60) == 0, p.stderr.read()
+    assert not s.containers()
+
+
 @pytest.mark.parametrize("how", ["sigterm", "eager-stdin-closed"])
 def test_released_on_signal_and_stdin_close(start_sandboxd, how):
     s = start_sandboxd(token="tok")
