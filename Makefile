@@ -24,11 +24,13 @@ COMMON_SRC := $(sort $(wildcard common/*.c))
 AGENT_SRC := $(sort $(wildcard agent/*.c))
 AGENT_EMBED := $(sort $(wildcard agent/embed/*))
 SUPERVISOR_SRC := $(sort $(wildcard supervisor/*.c))
+MCP_SRC := $(sort $(wildcard mcp/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
 SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
+MCP_OBJ := $(MCP_SRC:%.c=$(BUILD)/%.o)
 
 LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
@@ -42,7 +44,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
-all: agent/sandbox-agent $(SUPERVISOR_TARGET) $(BUILD)/httpc
+all: agent/sandbox-agent $(SUPERVISOR_TARGET) mcp/sandbox-mcp $(BUILD)/httpc
 
 deps:
 	tools/install-deps
@@ -74,6 +76,10 @@ agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 
 supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
+
+# sandbox-mcp: an MCP server over stdio in front of one sandbox of sandboxd.
+mcp/sandbox-mcp: $(MCP_OBJ) $(COMMON_OBJ)
+	$(CC) -Wl,--gc-sections -o $@ $(MCP_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
 
 # httpc: a one-request HTTP client CLI (common/http_client.c) for debugging.
 $(BUILD)/httpc: $(BUILD)/tools/httpc.o $(COMMON_OBJ)
@@ -167,7 +173,18 @@ $(SANDBOXD_ASAN): $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) -o $@ $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(SUPERVISOR_LIBS)
 
-integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
+# sandbox-mcp's tests against an ASan/UBSan sandbox-mcp (they require it
+# to exit 0: no memory error, no leak) and sandboxd.
+SANDBOX_MCP_ASAN := $(BUILD)/asan-mcp/sandbox-mcp
+SANDBOX_MCP_ASAN_OBJ := $(MCP_SRC:%.c=$(BUILD)/asan/%.o)
+.SECONDARY: $(SANDBOX_MCP_ASAN_OBJ)
+
+$(SANDBOX_MCP_ASAN): $(SANDBOX_MCP_ASAN_OBJ) $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) -o $@ $(SANDBOX_MCP_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(SUPERVISOR_LIBS)
+
+integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
+    $(SANDBOX_MCP_ASAN)
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/run-integration -m "not memory" $(sort $(wildcard tests/integration/test_agent_*.py))
@@ -180,6 +197,11 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN))
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
 		$(sort $(wildcard tests/integration/test_hostile_*.py))
+	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN)) \
+	SANDBOX_MCP_BIN=$(CURDIR)/$(SANDBOX_MCP_ASAN) \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
+		tools/with-dockerd tools/run-integration -m "not memory" \
+		tests/integration/test_sandbox_mcp.py
 
 # Fuzzing (tests/fuzz/): libFuzzer targets built with clang. `make fuzz`
 # runs each for FUZZ_SECONDS, its new inputs kept under build/fuzz/corpus
@@ -271,6 +293,7 @@ bench: all $(BENCH_BIN)
 
 clean:
 	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/tools $(BUILD)/httpc $(BUILD)/supervisor $(BUILD)/asan $(BUILD)/asan-agent \
-		$(BUILD)/unit $(BUILD)/unit-asan $(BUILD)/fuzz-replay agent/sandbox-agent supervisor/sandboxd
+		$(BUILD)/unit $(BUILD)/unit-asan $(BUILD)/fuzz-replay agent/sandbox-agent supervisor/sandboxd \
+		$(BUILD)/mcp $(BUILD)/asan-mcp mcp/sandbox-mcp
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

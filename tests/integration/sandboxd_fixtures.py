@@ -73,6 +73,15 @@ def base_tag(minimal_tag):
     return minimal_tag
 
 
+@pytest.fixture(scope="session")
+def filesystem_tag(base_tag):
+    """The filesystem image (base plus the npm filesystem MCP server) of
+    this tree's agent, under the same tag, built as base_tag is."""
+    subprocess.run([BUILD_IMAGE, "--tag", base_tag, "filesystem"],
+                   check=True, timeout=1800)
+    return base_tag
+
+
 class Sandboxd:
     """A running sandboxd on 127.0.0.1 with its own state directory."""
 

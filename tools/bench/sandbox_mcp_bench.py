@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Helper of the sandbox_mcp section of tools/bench/run (issue 16's
+targets): sandbox-mcp against a running sandboxd whose pool keeps warm
+minimal sandboxes.
+
+  sandbox_mcp_bench.py first URL MCP_BIN N
+      N new sandbox-mcp sessions, each timed from its first tools/call
+      (run_shell_command "echo hi") to the answer, the pool refilled
+      between them; prints first_p50_ms first_max_ms
+  sandbox_mcp_bench.py overhead URL MCP_BIN N ROUNDS
+      run_shell_command "echo hi" in one sandbox, ROUNDS turns of N/ROUNDS
+      calls through sandbox-mcp (JSON-RPC lines over its pipes) and
+      straight to sandboxd's /call_tool (one keep-alive connection), both
+      from this process so the client's own cost weighs on both alike;
+      prints mcp_p50_us direct_p50_us overhead_us (medians over the turns)
+
+Only 127.0.0.1 is reached.
+"""
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import time
+from urllib.parse import urlparse
+
+sys.path.insert(0, sys.path[0])
+from sandboxd_bench import post, wait_pool  # noqa: E402
+
+CALL = {"name": "run_shell_command", "arguments": {"command": "echo hi"}}
+
+
+def start(url, mcp_bin):
+    return subprocess.Popen([mcp_bin, "--type=minimal", "--base_url=" + url],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+
+
+def call(p, i):
+    p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": i, "method":
+                               "tools/call", "params": CALL}) + "\n").encode())
+    p.stdin.flush()
+    answer = json.loads(p.stdout.readline())
+    if answer.get("result", {}).get("isError") is not False:
+        sys.exit(f"tools/call failed: {answer}")
+
+
+def end(p):
+    p.stdin.close()
+    if p.wait(60) != 0:
+        sys.exit(f"sandbox-mcp exited with {p.returncode}")
+
+
+def first(url, mcp_bin, n):
+    times = []
+    for _ in range(n):
+        wait_pool(url, "minimal", 1)
+        p = start(url, mcp_bin)
+        t = time.perf_counter()
+        call(p, 1)
+        times.append((time.perf_counter() - t) * 1000)
+        end(p)
+    print(f"first_p50_ms={statistics.median(times):.1f} "
+          f"first_max_ms={max(times):.1f}")
+
+
+def overhead(url, mcp_bin, n, rounds):
+    p = start(url, mcp_bin)
+    call(p, 0)
+    keys = post(url, "/list_session_keys", {})["data"]
+    [name] = [post(url, "/get_session_mapping", {"session_ctx_id": k})
+              ["data"][0] for k in keys if k.startswith("sandbox-mcp-")]
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    body = json.dumps({"identity": name, "tool_name": CALL["name"],
+                       "arguments": CALL["arguments"]})
+    via, direct = [], []
+    per = max(1, n // rounds)
+    for r in range(rounds):
+        t_mcp, t_direct = [], []
+        for i in range(per):
+            t = time.perf_counter()
+            call(p, r * per + i + 1)
+            t_mcp.append(time.perf_counter() - t)
+        for i in range(per):
+            t = time.perf_counter()
+            conn.request("POST", "/call_tool", body,
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            t_direct.append(time.perf_counter() - t)
+            if resp.status != 200:
+                sys.exit(f"/call_tool: {resp.status} {data[:200]}")
+        via.append(statistics.median(t_mcp) * 1e6)
+        direct.append(statistics.median(t_direct) * 1e6)
+    end(p)
+    m, d = statistics.median(via), statistics.median(direct)
+    print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={m - d:.0f}")
+
+
+if __name__ == "__main__":
+    cmd, url, mcp_bin = sys.argv[1:4]
+    if cmd == "first":
+        first(url, mcp_bin, int(sys.argv[4]))
+    elif cmd == "overhead":
+        overhead(url, mcp_bin, int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        sys.exit(__doc__)
