@@ -80,7 +80,13 @@ class Agent:
             if self.proc.poll() is not None:
                 raise RuntimeError("agent exited: " + self.read_log())
             try:
-                r = self.session.get(self.url + "/healthz", timeout=1)
+                # Not through self.session: Debian's urllib3 leaves a
+                # request's read timeout on the socket it keeps alive, and
+                # the next request would send its body under this 1 s
+                # limit (a large upload to a busy ASan agent then failed
+                # with "timed out" in sendall).
+                r = requests.get(self.url + "/healthz", timeout=1,
+                                 headers=self.session.headers)
                 if r.status_code == 200:
                     return
             except requests.ConnectionError:

@@ -279,7 +279,9 @@ class StartingAgent(Agent):
             if self.proc.poll() is not None:
                 raise RuntimeError("agent exited: " + self.read_log())
             try:
-                r = self.session.get(self.url + "/healthz", timeout=1)
+                # A throwaway connection: see conftest's wait_ready.
+                r = requests.get(self.url + "/healthz", timeout=1,
+                                 headers=self.session.headers)
                 if r.status_code == 503:
                     return
             except requests.ConnectionError:
