@@ -39,8 +39,8 @@ AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
-.PHONY: all deps test unit unit-asan integration integration-asan images run bench clean \
-	fuzz fuzz-replay
+.PHONY: all deps install test unit unit-asan integration integration-asan images run \
+	bench clean fuzz fuzz-replay
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
@@ -49,6 +49,14 @@ all: agent/sandbox-agent $(SUPERVISOR_TARGET) mcp/sandbox-mcp $(BUILD)/httpc
 deps:
 	tools/install-deps
 	$(MAKE) all
+	$(MAKE) install
+
+# sandbox-mcp on the PATH, where an MCP host's configuration names it
+# ("command": "sandbox-mcp"); `make deps` runs this too.
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 mcp/sandbox-mcp $(DESTDIR)$(PREFIX)/bin/sandbox-mcp
 
 $(LIBGIT2) $(LIBVNCCLIENT):
 	@echo "$(notdir $@) is missing: run 'make deps' first (it builds lean static libgit2 and libvncclient into $(DEPS))" >&2
