@@ -102,19 +102,72 @@ static const struct config_option options[] = {
 	    "the bearer token clients must present (required)" },
 };
 
+/*
+ * Shutting down: no new connections, SIGTERM to every child, and up to
+ * SHUTDOWN_GRACE seconds for them to exit before the MCP servers are
+ * stopped (their group killed) and the loop ends. The grace lets a stdio
+ * MCP server finish what it does on SIGTERM (sandbox-mcp releases its
+ * sandbox); it stays under the 2 s sandboxd gives a container to stop.
+ * A second signal ends the grace at once.
+ */
+#define SHUTDOWN_GRACE	1.0	/* seconds */
+#define SHUTDOWN_POLL	0.05
+
+static struct event *grace_ev;
+static double grace_left;
+static int shutting_down;	/* 1: in the grace, 2: done */
+
+static void
+shutdown_finish(void)
+{
+	shutting_down = 2;
+	if (grace_ev != NULL) {
+		event_free(grace_ev);
+		grace_ev = NULL;
+	}
+	mcp_shutdown(&agent);
+	event_base_loopexit(agent.base, NULL);
+}
+
+static void
+grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	grace_left -= SHUTDOWN_POLL;
+	if (spawn_running() == 0 || grace_left <= 0)
+		shutdown_finish();
+}
+
 static void
 shutdown_cb(evutil_socket_t sig, short what, void *arg)
 {
+	struct timeval tv = { 0, (suseconds_t)(SHUTDOWN_POLL * 1e6) };
+
 	(void)what;
 	(void)arg;
+	if (shutting_down == 2)
+		return;
+	if (shutting_down == 1) {
+		log_info("signal %d again: not waiting for children", (int)sig);
+		shutdown_finish();
+		return;
+	}
+	shutting_down = 1;
 	log_info("signal %d: shutting down", (int)sig);
 	http_server_close_listeners(agent.http);
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
 	desktop_shutdown(&agent);
 	spawn_kill_all(SIGTERM);
-	mcp_shutdown(&agent);
-	event_base_loopexit(agent.base, NULL);
+	if (spawn_running() == 0) {
+		shutdown_finish();
+		return;
+	}
+	grace_left = SHUTDOWN_GRACE;
+	grace_ev = event_new(agent.base, -1, EV_PERSIST, grace_cb, NULL);
+	event_add(grace_ev, &tv);
 }
 
 /* The --run-as user's entry, read straight from /etc/passwd: a static

@@ -546,3 +546,16 @@ spawn_kill_all(int sig)
 	LIST_FOREACH(sp, &spawn_children, entry)
 		spawn_kill(sp, sig);
 }
+
+size_t
+spawn_running(void)
+{
+	struct spawn *sp;
+	size_t n = 0;
+
+	LIST_FOREACH(sp, &spawn_children, entry) {
+		if (!sp->exited)
+			n++;
+	}
+	return n;
+}

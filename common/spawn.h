@@ -97,5 +97,7 @@ void spawn_resume_output(struct spawn *sp);
 void spawn_free(struct spawn *sp);
 /* Signal every child we started (their groups too): for shutdown. */
 void spawn_kill_all(int sig);
+/* Children we started (and have not freed) that have not exited yet. */
+size_t spawn_running(void);
 
 #endif

@@ -339,7 +339,9 @@ def test_our_agent_as_mcp_client(start_sandboxd, agent):
     assert r.status_code == 200, r.text
     assert texts(r.json())[0] == "in /workspace\n", r.text
     assert len(s.containers()) == 1
-    # Not asserted: release when the agent stops. The agent kills its
-    # stdio servers' group with SIGKILL right after closing their stdin
-    # (agent/mcp_stdio.c), so sandbox-mcp's release races the kill; the
-    # fixture removes what is left.
+    # The agent stopping releases the sandbox: its children get SIGTERM
+    # and a grace to exit before the MCP servers' groups are killed (it
+    # used to kill them at once, and sandbox-mcp's release lost the race).
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.proc.wait(10) == 0, agent.read_log()[-2000:]
+    wait_until(lambda: not s.containers(), 30, what="the sandbox released")
