@@ -692,15 +692,22 @@ http_client_resume(struct http_client_request *r)
 		event_active(r->defer_ev, EV_TIMEOUT, 0);
 }
 
-void
+void *
+http_client_arg(struct http_client_request *r)
+{
+	return r->arg;
+}
+
+int
 http_client_cancel(struct http_client_request *r)
 {
 	if (r == NULL || r->finishing || r->cancelled)
-		return;
+		return 0;
 	r->cancelled = 1;
 	if (r->in_parse) {
 		stop_parser(r);
-		return;
+		return 1;
 	}
 	request_free(r);
+	return 1;
 }

@@ -115,15 +115,20 @@ void http_client_end(struct http_client_request *r);
 void http_client_pause(struct http_client_request *r);
 void http_client_resume(struct http_client_request *r);
 
-/* Abort and free; on_done is not called. */
-void http_client_cancel(struct http_client_request *r);
+/* Abort and free; on_done is not called. 0 when there was nothing to
+ * cancel (NULL, already cancelled, or on_done running). */
+int http_client_cancel(struct http_client_request *r);
+/* The arg given to http_client_start. */
+void *http_client_arg(struct http_client_request *r);
 
 /*
  * For JSON APIs (Docker, MCP, agents): body (may be NULL) is sent as
  * application/json; done gets the status and the answer parsed as JSON
  * (NULL when the body was empty or not JSON), borrowed for the duration of
  * the call, or err when the exchange failed as for on_done. Returns the
- * request (cancellable) or NULL with err.
+ * request or NULL with err; cancel it with http_client_json_cancel (not
+ * http_client_cancel, which would leave its context behind), after which
+ * done is not called.
  */
 typedef void (*http_client_json_cb)(int status, json_t *answer,
     const struct error *err, void *arg);
@@ -131,5 +136,6 @@ struct http_client_request *http_client_json(struct event_base *base,
     const char *addr, const char *method, const char *target,
     const char *const *headers, json_t *body, double timeout,
     http_client_json_cb done, void *arg, struct error *err);
+void http_client_json_cancel(struct http_client_request *r);
 
 #endif

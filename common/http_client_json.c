@@ -92,3 +92,16 @@ http_client_json(struct event_base *base, const char *addr,
 	free(text);
 	return r;
 }
+
+void
+http_client_json_cancel(struct http_client_request *r)
+{
+	struct json_call *call;
+
+	if (r == NULL)
+		return;
+	call = http_client_arg(r);
+	/* From its own done callback, json_done_cb frees the call. */
+	if (http_client_cancel(r))
+		free(call);
+}

@@ -635,6 +635,27 @@ test_json(void **state)
 	assert_null(jr.answer);
 }
 
+/* A JSON request cancelled before its answer: done is never called and
+ * nothing of it is left (ASan's leak check sees its context). */
+static void
+test_json_cancel(void **state)
+{
+	struct json_result jr;
+	struct http_client_request *r;
+	struct error err;
+	struct timeval tv = { 0, 200 * 1000 };
+
+	(void)state;
+	memset(&jr, 0, sizeof jr);
+	r = http_client_json(base, tcp_addr, "GET", "/hello", NULL, NULL, 5,
+	    json_done, &jr, &err);
+	assert_non_null(r);
+	http_client_json_cancel(r);
+	event_base_loopexit(base, &tv);
+	event_base_dispatch(base);
+	assert_int_equal(jr.done, 0);
+}
+
 /* Streamed uploads: the writer keeps at most UPLOAD_HIGH queued. */
 
 struct upload {
@@ -1604,6 +1625,7 @@ main(void)
 		T(test_bearer_token),
 		T(test_head_and_204),
 		T(test_json),
+		T(test_json_cancel),
 		T(test_upload_chunked_64mib),
 		T(test_upload_content_length),
 		T(test_upload_early_answer),
