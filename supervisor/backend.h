@@ -10,6 +10,7 @@
 #ifndef BACKEND_H
 #define BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -78,6 +79,8 @@ struct backend_ops {
 	    backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
+	/* Engine calls at once from now on (shutdown widens it). */
+	void (*set_parallel)(struct backend *b, size_t max_inflight);
 	void (*free)(struct backend *b);
 };
 

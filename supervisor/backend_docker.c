@@ -303,6 +303,12 @@ docker_logs(struct backend *b, const char *id, int lines,
 }
 
 static void
+docker_set_parallel(struct backend *b, size_t max_inflight)
+{
+	docker_set_max_inflight(b->impl, max_inflight);
+}
+
+static void
 docker_backend_free(struct backend *b)
 {
 	docker_free(b->impl);
@@ -318,6 +324,7 @@ static const struct backend_ops docker_ops = {
 	.status = docker_status,
 	.list = docker_list,
 	.logs = docker_logs,
+	.set_parallel = docker_set_parallel,
 	.free = docker_backend_free,
 };
 

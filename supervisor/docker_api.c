@@ -63,6 +63,18 @@ docker_new(struct event_base *base, const char *addr, size_t max_inflight)
 	return d;
 }
 
+void
+docker_set_max_inflight(struct docker *d, size_t max_inflight)
+{
+	struct call *c;
+
+	d->max = max_inflight > 0 ? max_inflight : 1;
+	while (d->inflight < d->max && (c = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, c, entry);
+		launch(c);
+	}
+}
+
 static void
 call_free(struct call *c)
 {

@@ -25,6 +25,9 @@ typedef void (*docker_raw_cb)(const char *body, size_t len,
 struct docker *docker_new(struct event_base *base, const char *addr,
     size_t max_inflight);
 void docker_free(struct docker *d);
+/* Change how many calls may be in flight; waiting ones start at once when
+ * it grows. */
+void docker_set_max_inflight(struct docker *d, size_t max_inflight);
 
 /* POST /containers/create?name=NAME with body (borrowed). */
 void docker_container_create(struct docker *d, const char *name, json_t *body,

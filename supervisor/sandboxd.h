@@ -91,6 +91,7 @@ struct sandboxd_config {
 	char *public_url;		/* how clients reach us, for proxy urls */
 	long pool_parallel;		/* concurrent creates per pool */
 	long docker_parallel;		/* Engine API calls at once */
+	long shutdown_parallel;		/* the same while shutdown removes */
 	char *log_level;
 	int access_log;
 	long max_connections;		/* client connections; 0: the default */
@@ -484,6 +485,7 @@ struct sandboxd {
 	struct ports *ports;
 	int ready;			/* adoption done: pools may fill */
 	int shutting_down;
+	int exit_status;		/* main's: 1 when shutdown left some */
 	double started;
 };
 
