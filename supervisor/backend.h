@@ -21,6 +21,10 @@
 struct event_base;
 struct backend;
 
+/* Told, with the create's arg, when a create leaves sandboxd's queue for
+ * the engine (a progress note: it may run before create returned). */
+typedef void (*backend_sent_cb)(void *arg);
+
 /* What to run; strings are borrowed for the duration of the call. */
 struct backend_spec {
 	const char *name;
@@ -37,6 +41,7 @@ struct backend_spec {
 	const struct config_list *entrypoint;	/* empty: the image's */
 	int host_port;			/* publish container_port here; 0: no */
 	int container_port;
+	backend_sent_cb sent;		/* may be NULL */
 };
 
 /* A container as listed: ids and labels (borrowed, valid in the callback). */

@@ -464,6 +464,8 @@ enum metric_counter {
 };
 void metrics_count(enum metric_counter c, const char *type_name);
 void metrics_create_seconds(const char *type_name, double seconds);
+/* Seconds a create waited in sandboxd's queue before Docker got it. */
+void metrics_create_queue_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
 void metrics_free(void);
 
