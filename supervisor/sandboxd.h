@@ -8,7 +8,7 @@
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), lifecycle.c (operations: release / start / stop),
+ * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop),
  * lifecycle_create.c (create and the wait for an agent), workspace.c
  * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
  * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
@@ -261,6 +261,20 @@ json_t *sandbox_model(const struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
 void sandbox_free_all(void);
+
+/* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
+ * as sent, or NULL. */
+struct sandbox_query {
+	const char *type;
+	const char *state;
+	const char *session;		/* session_ctx_id */
+	const char *all;		/* with released ones */
+	const char *offset;
+	const char *limit;
+};
+/* {"sandboxes": [model, ...], "total": matches, "offset", "limit"} (new
+ * reference), or NULL with err (400) for a bad parameter. */
+json_t *sandbox_list_json(const struct sandbox_query *q, struct error *err);
 
 /* lifecycle.c, lifecycle_create.c */
 
