@@ -1,7 +1,7 @@
 /*
  * Our REST routes for direct HTTP use:
  *   POST   /v1/sandboxes               create (from the pool when it can)
- *   GET    /v1/sandboxes               list
+ *   GET    /v1/sandboxes               list (filtered, paged)
  *   GET    /v1/sandboxes/{id}          the container model
  *   DELETE /v1/sandboxes/{id}          release
  *   ANY    /v1/sandboxes/{id}/agent/{path}   proxy to the agent
@@ -78,34 +78,23 @@ fail:
 static void
 route_list(struct http_request *req, void *arg)
 {
-	const char *type = http_request_query(req, "type");
-	const char *state = http_request_query(req, "state");
-	const char *session = http_request_query(req, "session_ctx_id");
-	const char *all = http_request_query(req, "all");
-	json_t *list = json_array();
-	struct sandbox *sb;
-	int with_released = 0;
+	struct sandbox_query q = {
+		.type = http_request_query(req, "type"),
+		.state = http_request_query(req, "state"),
+		.session = http_request_query(req, "session_ctx_id"),
+		.all = http_request_query(req, "all"),
+		.offset = http_request_query(req, "offset"),
+		.limit = http_request_query(req, "limit"),
+	};
+	struct error err;
+	json_t *answer;
 
 	(void)arg;
-	if (all != NULL && config_parse_bool(all, &with_released) < 0) {
-		json_decref(list);
-		http_reply_error(req, 400, "all: '%s' is not a boolean", all);
+	if ((answer = sandbox_list_json(&q, &err)) == NULL) {
+		sandboxd_reply_error(req, &err);
 		return;
 	}
-	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
-		if (sb->state == SB_RELEASED && !with_released && state == NULL)
-			continue;
-		if (type != NULL && strcmp(sb->type_name, type) != 0)
-			continue;
-		if (state != NULL && strcmp(sandbox_state_name(sb->state),
-		    state) != 0)
-			continue;
-		if (session != NULL && (sb->session == NULL ||
-		    strcmp(sb->session, session) != 0))
-			continue;
-		json_array_append_new(list, sandbox_model(sb));
-	}
-	http_reply_json(req, 200, json_pack("{s:o}", "sandboxes", list));
+	http_reply_json(req, 200, answer);
 }
 
 static void

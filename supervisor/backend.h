@@ -10,6 +10,7 @@
 #ifndef BACKEND_H
 #define BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -19,6 +20,10 @@
 
 struct event_base;
 struct backend;
+
+/* Told, with the create's arg, when a create leaves sandboxd's queue for
+ * the engine (a progress note: it may run before create returned). */
+typedef void (*backend_sent_cb)(void *arg);
 
 /* What to run; strings are borrowed for the duration of the call. */
 struct backend_spec {
@@ -36,6 +41,7 @@ struct backend_spec {
 	const struct config_list *entrypoint;	/* empty: the image's */
 	int host_port;			/* publish container_port here; 0: no */
 	int container_port;
+	backend_sent_cb sent;		/* may be NULL */
 };
 
 /* A container as listed: ids and labels (borrowed, valid in the callback). */
@@ -78,6 +84,8 @@ struct backend_ops {
 	    backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
+	/* Engine calls at once from now on (shutdown widens it). */
+	void (*set_parallel)(struct backend *b, size_t max_inflight);
 	void (*free)(struct backend *b);
 };
 

@@ -17,6 +17,7 @@
 struct create_op {
 	struct docker *docker;
 	backend_id_cb done;
+	backend_sent_cb sent;
 	void *arg;
 	char *id;
 };
@@ -142,6 +143,15 @@ created_cb(json_t *answer, const struct error *err, void *arg)
 }
 
 static void
+create_sent_cb(void *arg)
+{
+	struct create_op *op = arg;
+
+	if (op->sent != NULL)
+		op->sent(op->arg);
+}
+
+static void
 docker_create(struct backend *b, const struct backend_spec *spec,
     backend_id_cb done, void *arg)
 {
@@ -150,8 +160,10 @@ docker_create(struct backend *b, const struct backend_spec *spec,
 
 	op->docker = b->impl;
 	op->done = done;
+	op->sent = spec->sent;
 	op->arg = arg;
-	docker_container_create(b->impl, spec->name, body, created_cb, op);
+	docker_container_create(b->impl, spec->name, body, create_sent_cb,
+	    created_cb, op);
 	json_decref(body);
 }
 
@@ -303,6 +315,12 @@ docker_logs(struct backend *b, const char *id, int lines,
 }
 
 static void
+docker_set_parallel(struct backend *b, size_t max_inflight)
+{
+	docker_set_max_inflight(b->impl, max_inflight);
+}
+
+static void
 docker_backend_free(struct backend *b)
 {
 	docker_free(b->impl);
@@ -318,6 +336,7 @@ static const struct backend_ops docker_ops = {
 	.status = docker_status,
 	.list = docker_list,
 	.logs = docker_logs,
+	.set_parallel = docker_set_parallel,
 	.free = docker_backend_free,
 };
 

@@ -114,6 +114,9 @@ static const struct config_option options[] = {
 	{ "--docker-parallel", "SANDBOXD_DOCKER_PARALLEL", CONFIG_INT,
 	    C(docker_parallel), "N", "Docker Engine API calls at once; more "
 	    "wait their turn (default 8)" },
+	{ "--shutdown-parallel", "SANDBOXD_SHUTDOWN_PARALLEL", CONFIG_INT,
+	    C(shutdown_parallel), "N", "Docker calls at once while shutdown "
+	    "removes every sandbox (AUTO_CLEANUP; default 32)" },
 	{ "--log-level", "SANDBOXD_LOG_LEVEL", CONFIG_STRING, C(log_level),
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
@@ -170,6 +173,7 @@ set_defaults(struct sandboxd_config *c)
 	c->proxy_timeout = 3600;
 	c->pool_parallel = 2;
 	c->docker_parallel = 8;
+	c->shutdown_parallel = 32;
 	c->header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	c->body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
@@ -558,6 +562,11 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->docker_parallel < 1 || c->docker_parallel > 1000) {
 		error_set(err, 400, "SANDBOXD_DOCKER_PARALLEL: must be between 1 "
 		    "and 1000");
+		return -1;
+	}
+	if (c->shutdown_parallel < 1 || c->shutdown_parallel > 1000) {
+		error_set(err, 400, "SANDBOXD_SHUTDOWN_PARALLEL: must be between "
+		    "1 and 1000");
 		return -1;
 	}
 	if (c->pool_parallel < 1) {

@@ -37,17 +37,38 @@ struct call {
 	char *what;		/* "create container x", for messages */
 	struct error err;	/* refused before an answer: why */
 	int launched;		/* counted in inflight */
+	int new_work;		/* a create: waits behind everything else */
+	docker_sent_cb sent;	/* told when the call goes to the daemon */
 };
 
 /* Owned by the backend. Calls beyond max wait in a queue: fifty creates
- * at once would otherwise make a small machine's daemon time them out. */
+ * at once would otherwise make a small machine's daemon time them out.
+ * Creates wait in a queue of their own, served only when no other call
+ * waits: what finishes work under way (a created container's start, a
+ * starting one's status, a removal) must not sit behind a hundred new
+ * containers, or a sandbox's readiness check would wait for them. */
 struct docker {
 	struct event_base *base;
 	char *addr;
 	size_t inflight;
 	size_t max;
-	TAILQ_HEAD(, call) queue;
+	TAILQ_HEAD(call_queue, call) queue;
+	struct call_queue creates;
 };
+
+/* The next call to launch, taken off its queue, or NULL. */
+static struct call *
+dequeue(struct docker *d)
+{
+	struct call *c;
+
+	if ((c = TAILQ_FIRST(&d->queue)) != NULL) {
+		TAILQ_REMOVE(&d->queue, c, entry);
+	} else if ((c = TAILQ_FIRST(&d->creates)) != NULL) {
+		TAILQ_REMOVE(&d->creates, c, entry);
+	}
+	return c;
+}
 
 static void launch(struct call *c);
 
@@ -60,7 +81,18 @@ docker_new(struct event_base *base, const char *addr, size_t max_inflight)
 	d->addr = xstrdup(addr);
 	d->max = max_inflight > 0 ? max_inflight : 1;
 	TAILQ_INIT(&d->queue);
+	TAILQ_INIT(&d->creates);
 	return d;
+}
+
+void
+docker_set_max_inflight(struct docker *d, size_t max_inflight)
+{
+	struct call *c;
+
+	d->max = max_inflight > 0 ? max_inflight : 1;
+	while (d->inflight < d->max && (c = dequeue(d)) != NULL)
+		launch(c);
 }
 
 static void
@@ -80,10 +112,8 @@ docker_free(struct docker *d)
 
 	if (d == NULL)
 		return;
-	while ((c = TAILQ_FIRST(&d->queue)) != NULL) {
-		TAILQ_REMOVE(&d->queue, c, entry);
+	while ((c = dequeue(d)) != NULL)
 		call_free(c);
-	}
 	free(d->addr);
 	free(d);
 }
@@ -97,10 +127,8 @@ call_end(struct call *c)
 
 	call_free(c);
 	d->inflight--;
-	if ((next = TAILQ_FIRST(&d->queue)) != NULL) {
-		TAILQ_REMOVE(&d->queue, next, entry);
+	if (d->inflight < d->max && (next = dequeue(d)) != NULL)
 		launch(next);
-	}
 }
 
 static void
@@ -198,6 +226,8 @@ launch(struct call *c)
 	d->inflight++;
 	c->launched = 1;
 	log_debug("docker: %s %s", c->method, c->target);
+	if (c->sent != NULL)
+		c->sent(c->arg);
 	if (c->raw) {
 		struct http_client_options opts = { 0 };
 		struct http_client_callbacks cb = { 0 };
@@ -219,8 +249,8 @@ launch(struct call *c)
 	}
 }
 
-static void
-enqueue(struct docker *d, const char *method, char *target, json_t *body,
+static struct call *
+call_new(struct docker *d, const char *method, char *target, json_t *body,
     char *what, int raw, docker_cb done, docker_raw_cb raw_done, void *arg)
 {
 	struct call *c = xcalloc(1, sizeof *c);
@@ -234,10 +264,28 @@ enqueue(struct docker *d, const char *method, char *target, json_t *body,
 	c->done = done;
 	c->raw_done = raw_done;
 	c->arg = arg;
+	return c;
+}
+
+static void
+submit(struct call *c)
+{
+	struct docker *d = c->docker;
+
 	if (d->inflight < d->max)
 		launch(c);
+	else if (c->new_work)
+		TAILQ_INSERT_TAIL(&d->creates, c, entry);
 	else
 		TAILQ_INSERT_TAIL(&d->queue, c, entry);
+}
+
+static void
+enqueue(struct docker *d, const char *method, char *target, json_t *body,
+    char *what, int raw, docker_cb done, docker_raw_cb raw_done, void *arg)
+{
+	submit(call_new(d, method, target, body, what, raw, done, raw_done,
+	    arg));
 }
 
 static void
@@ -277,17 +325,17 @@ check_id(struct docker *d, const char *id, docker_cb done, void *arg)
 
 void
 docker_container_create(struct docker *d, const char *name, json_t *body,
-    docker_cb done, void *arg)
+    docker_sent_cb sent, docker_cb done, void *arg)
 {
-	char *target, *what;
+	struct call *c;
 
 	if (check_id(d, name, done, arg) < 0)
 		return;
-	target = xasprintf("/containers/create?name=%s", name);
-	what = xasprintf("create container %s", name);
-	call(d, "POST", target, body, what, done, arg);
-	free(target);
-	free(what);
+	c = call_new(d, "POST", xasprintf("/containers/create?name=%s", name),
+	    body, xasprintf("create container %s", name), 0, done, NULL, arg);
+	c->new_work = 1;
+	c->sent = sent;
+	submit(c);
 }
 
 static void

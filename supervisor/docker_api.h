@@ -21,14 +21,25 @@ typedef void (*docker_raw_cb)(const char *body, size_t len,
     const struct error *err, void *arg);
 
 /* addr: "unix:/var/run/docker.sock". At most max_inflight calls are sent
- * at once; the rest wait in order. Owned by the backend. */
+ * at once; the rest wait in order, creates behind all others. Owned by
+ * the backend. */
 struct docker *docker_new(struct event_base *base, const char *addr,
     size_t max_inflight);
 void docker_free(struct docker *d);
+/* Change how many calls may be in flight; waiting ones start at once when
+ * it grows. */
+void docker_set_max_inflight(struct docker *d, size_t max_inflight);
 
-/* POST /containers/create?name=NAME with body (borrowed). */
+/* Told (with the call's arg) when a call goes to the daemon: a progress
+ * note, not a completion, so it may run before the call that queued it
+ * returned. */
+typedef void (*docker_sent_cb)(void *arg);
+
+/* POST /containers/create?name=NAME with body (borrowed); sent (may be
+ * NULL) runs when it leaves the queue. Creates wait until no other call
+ * does. */
 void docker_container_create(struct docker *d, const char *name, json_t *body,
-    docker_cb done, void *arg);
+    docker_sent_cb sent, docker_cb done, void *arg);
 /* Starting a running container and stopping a stopped one succeed. */
 void docker_container_start(struct docker *d, const char *id, docker_cb done,
     void *arg);

@@ -123,6 +123,9 @@ status_cb(const char *status, int exit_code, const struct error *err,
 	struct sandbox *sb = op->sb;
 
 	op->status_checking = 0;
+	/* The limit is the agent's, from its container's start: time the
+	 * status answer took (Docker busy with other calls) is not. */
+	op->deadline += sandboxd_now() - op->status_sent;
 	if (err == NULL && status != NULL && strcmp(status, "running") != 0 &&
 	    strcmp(status, "created") != 0) {
 		error_set(&op->err, 502, "sandbox %s: the container is %s (exit "
@@ -163,6 +166,7 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (now >= op->next_status_check && sb->container_id != NULL) {
 		op->next_status_check = now + STATUS_CHECK_INTERVAL;
 		op->status_checking = 1;
+		op->status_sent = now;
 		sd.backend->ops->status(sd.backend, sb->container_id, status_cb,
 		    op);
 		return;
@@ -187,6 +191,9 @@ probe_next(struct lifecycle_op *op)
 		op->delay = 0.1;
 }
 
+/* The deadline counts from here: the container has started (Docker
+ * answered its start), whatever the create waited in sandboxd's queue for
+ * Docker before. */
 void
 lifecycle_wait_healthy(struct lifecycle_op *op)
 {
@@ -259,6 +266,15 @@ run_as_caps(const struct sandbox_type *t, struct config_list *caps)
 		if (j == caps->n)
 			config_list_add(caps, needed[i]);
 	}
+}
+
+static void
+create_sent_cb(void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	metrics_create_queue_seconds(op->sb->type_name,
+	    sandboxd_now() - op->queued);
 }
 
 static void
@@ -357,6 +373,8 @@ start_container(struct lifecycle_op *op)
 	spec.entrypoint = &t->entrypoint;
 	spec.host_port = sb->port;
 	spec.container_port = AGENT_PORT;
+	spec.sent = create_sent_cb;
+	op->queued = sandboxd_now();
 	sd.backend->ops->create(sd.backend, &spec, created_cb, op);
 	json_decref(spec.labels);
 	free(cmd);

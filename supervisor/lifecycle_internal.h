@@ -26,6 +26,8 @@ struct lifecycle_op {
 	void *arg;
 	struct event *timer;
 	double started;
+	double queued;			/* the create waits for Docker since */
+	double status_sent;		/* the status check asked at */
 	double deadline;
 	double next_status_check;
 	double delay;			/* between probes, grows */

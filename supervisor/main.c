@@ -24,14 +24,20 @@
 
 /* How long shutdown waits for removals before giving up on them. */
 #define SHUTDOWN_DEADLINE 90.0
+/* Seconds between "removed N of M" lines while shutdown removes. */
+#define SHUTDOWN_PROGRESS_EVERY 2.0
 
 struct sandboxd sd;
 
 static struct http_route *all_routes;
 static struct event *shutdown_ev;
-static double shutdown_deadline;
+static double shutdown_began, shutdown_deadline, shutdown_next_progress;
 static size_t sweep_pending;
 static int sweeping;
+/* Sandboxes shutdown set out to remove, and how that went. */
+static size_t shutdown_total, shutdown_removed, shutdown_failed;
+/* Containers still there when we exit (AUTO_CLEANUP). */
+static size_t shutdown_left;
 
 static void
 adopted_cb(void *arg)
@@ -44,6 +50,20 @@ adopted_cb(void *arg)
 static void
 finish(void)
 {
+	if (sd.cfg.auto_cleanup && sd.shutting_down) {
+		if (shutdown_left > 0) {
+			/* Labelled with our instance and kept in the state
+			 * file: the next start with this state directory
+			 * takes them back or removes them. */
+			log_error("shutdown: %zu containers could not be removed "
+			    "and are left running, labelled for the next start "
+			    "to take back or remove", shutdown_left);
+			sd.exit_status = 1;
+		} else {
+			log_info("shutdown: removed all %zu sandboxes in %.1f s",
+			    shutdown_total, sandboxd_now() - shutdown_began);
+		}
+	}
 	log_info("sandboxd: bye");
 	event_base_loopexit(sd.base, NULL);
 }
@@ -52,8 +72,10 @@ static void
 swept_cb(const struct error *err, void *arg)
 {
 	(void)arg;
-	if (err != NULL)
+	if (err != NULL) {
 		log_error("shutdown: %s", err->msg);
+		shutdown_left++;
+	}
 	if (--sweep_pending == 0)
 		finish();
 }
@@ -67,6 +89,8 @@ sweep_cb(const struct backend_container *v, size_t n, const struct error *err,
 	if (err != NULL) {
 		log_error("shutdown: cannot list containers for the last sweep: "
 		    "%s", err->msg);
+		/* Unknown: count what our records still hold. */
+		shutdown_left = sandbox_count_live();
 		finish();
 		return;
 	}
@@ -80,14 +104,30 @@ sweep_cb(const struct backend_container *v, size_t n, const struct error *err,
 }
 
 static void
+shutdown_progress(void)
+{
+	log_info("shutdown: removed %zu of %zu sandboxes%s in %.1f s",
+	    shutdown_removed, shutdown_total, shutdown_failed > 0 ?
+	    " (some failed, retried by the last sweep)" : "",
+	    sandboxd_now() - shutdown_began);
+}
+
+static void
 shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
+	double now = sandboxd_now();
+
 	(void)fd;
 	(void)what;
 	(void)arg;
 	if (sweeping)
 		return;
-	if (lifecycle_busy() > 0 && sandboxd_now() < shutdown_deadline)
+	if (sd.cfg.auto_cleanup && now >= shutdown_next_progress &&
+	    lifecycle_busy() > 0) {
+		shutdown_progress();
+		shutdown_next_progress = now + SHUTDOWN_PROGRESS_EVERY;
+	}
+	if (lifecycle_busy() > 0 && now < shutdown_deadline)
 		return;
 	if (lifecycle_busy() > 0)
 		log_error("shutdown: %zu operations still running after %.0f s; "
@@ -100,6 +140,8 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		finish();
 		return;
 	}
+	if (shutdown_total > 0)
+		shutdown_progress();
 	sweeping = 1;
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
 	    state_instance(), sweep_cb, NULL);
@@ -109,8 +151,12 @@ static void
 shutdown_released_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	(void)arg;
-	if (err != NULL)
+	if (err != NULL) {
 		log_error("shutdown: cannot remove %s: %s", sb->name, err->msg);
+		shutdown_failed++;
+	} else {
+		shutdown_removed++;
+	}
 }
 
 static void
@@ -124,6 +170,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	if (sd.shutting_down) {
 		log_warn("signal %d again: exiting now", (int)sig);
 		state_flush();
+		/* What AUTO_CLEANUP had still to remove is left running. */
+		if (sd.cfg.auto_cleanup && lifecycle_busy() > 0)
+			sd.exit_status = 1;
 		event_base_loopbreak(sd.base);
 		return;
 	}
@@ -134,13 +183,27 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	pool_stop();
 	health_stop();
 	sessions_stop();
-	shutdown_deadline = sandboxd_now() + SHUTDOWN_DEADLINE;
+	shutdown_began = sandboxd_now();
+	shutdown_deadline = shutdown_began + SHUTDOWN_DEADLINE;
+	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
 	if (sd.cfg.auto_cleanup) {
+		/* Removals are force removes (no stop, no grace period) and
+		 * nothing else waits on Docker now: let more of them run at
+		 * once than the daemon is given while it also creates. */
+		if (sd.cfg.shutdown_parallel > sd.cfg.docker_parallel)
+			sd.backend->ops->set_parallel(sd.backend,
+			    (size_t)sd.cfg.shutdown_parallel);
 		for (sb = sandbox_first(); sb != NULL; sb = next) {
 			next = sandbox_next(sb);
-			if (sb->state != SB_RELEASED)
+			if (sb->state != SB_RELEASED) {
+				shutdown_total++;
 				lifecycle_release(sb, shutdown_released_cb, NULL);
+			}
 		}
+		log_info("shutdown: removing %zu sandboxes, %ld Docker calls at "
+		    "once", shutdown_total, sd.cfg.shutdown_parallel >
+		    sd.cfg.docker_parallel ? sd.cfg.shutdown_parallel :
+		    sd.cfg.docker_parallel);
 	}
 	shutdown_ev = event_new(sd.base, -1, EV_PERSIST, shutdown_tick_cb, NULL);
 	event_add(shutdown_ev, &tick);
@@ -316,5 +379,5 @@ main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	teardown();
-	return 0;
+	return sd.exit_status;
 }

@@ -1,8 +1,8 @@
 /*
  * GET /metrics in the Prometheus text format: sandboxes by type and state,
  * pool sizes, counters of creates, failures, releases, pool takes and
- * misses, health failures and proxied requests, and a histogram of create
- * latency. Counters live here per type; gauges are read from the records.
+ * misses, health failures and proxied requests, and histograms of create
+ * latency and of the time creates waited for Docker in sandboxd's queue. Counters live here per type; gauges are read from the records.
  */
 #include "sandboxd.h"
 
@@ -20,13 +20,19 @@ static const double buckets[] = {
 };
 #define NBUCKETS (sizeof buckets / sizeof buckets[0])
 
+/* A histogram over buckets[]. */
+struct histogram {
+	uint64_t hist[NBUCKETS];	/* cumulative */
+	uint64_t count;
+	double sum;
+};
+
 /* Per type; freed by metrics_free. */
 struct type_metrics {
 	char *type;
 	uint64_t counters[M_COUNTERS];
-	uint64_t hist[NBUCKETS];	/* cumulative */
-	uint64_t count;
-	double sum;
+	struct histogram create;	/* request to a healthy agent */
+	struct histogram queue;		/* request to Docker's create call */
 };
 
 static struct type_metrics *tm;
@@ -72,17 +78,27 @@ metrics_count(enum metric_counter c, const char *type_name)
 	get(type_name)->counters[c]++;
 }
 
+static void
+observe(struct histogram *h, double seconds)
+{
+	for (size_t i = 0; i < NBUCKETS; i++) {
+		if (seconds <= buckets[i])
+			h->hist[i]++;
+	}
+	h->count++;
+	h->sum += seconds;
+}
+
 void
 metrics_create_seconds(const char *type_name, double seconds)
 {
-	struct type_metrics *m = get(type_name);
+	observe(&get(type_name)->create, seconds);
+}
 
-	for (size_t i = 0; i < NBUCKETS; i++) {
-		if (seconds <= buckets[i])
-			m->hist[i]++;
-	}
-	m->count++;
-	m->sum += seconds;
+void
+metrics_create_queue_seconds(const char *type_name, double seconds)
+{
+	observe(&get(type_name)->queue, seconds);
 }
 
 static void
@@ -91,6 +107,28 @@ head(struct evbuffer *b, const char *name, const char *type,
 {
 	evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
 	    type);
+}
+
+/* Each type's create histogram, or its queue one. */
+static void
+histogram(struct evbuffer *b, const char *name, const char *help, int queue)
+{
+	head(b, name, "histogram", help);
+	for (size_t i = 0; i < ntm; i++) {
+		const struct histogram *h = queue ? &tm[i].queue :
+		    &tm[i].create;
+
+		for (size_t j = 0; j < NBUCKETS; j++)
+			evbuffer_add_printf(b, "%s_bucket{type=\"%s\",le=\"%g\"} "
+			    "%" PRIu64 "\n", name, tm[i].type, buckets[j],
+			    h->hist[j]);
+		evbuffer_add_printf(b, "%s_bucket{type=\"%s\",le=\"+Inf\"} "
+		    "%" PRIu64 "\n", name, tm[i].type, h->count);
+		evbuffer_add_printf(b, "%s_sum{type=\"%s\"} %.6f\n", name,
+		    tm[i].type, h->sum);
+		evbuffer_add_printf(b, "%s_count{type=\"%s\"} %" PRIu64 "\n",
+		    name, tm[i].type, h->count);
+	}
 }
 
 void
@@ -130,20 +168,12 @@ metrics_route(struct http_request *req, void *arg)
 			evbuffer_add_printf(b, "%s{type=\"%s\"} %" PRIu64 "\n",
 			    counters[c].name, tm[i].type, tm[i].counters[c]);
 	}
-	head(b, "sandboxd_create_seconds", "histogram",
-	    "Seconds from create to a healthy agent.");
-	for (size_t i = 0; i < ntm; i++) {
-		for (size_t j = 0; j < NBUCKETS; j++)
-			evbuffer_add_printf(b, "sandboxd_create_seconds_bucket{"
-			    "type=\"%s\",le=\"%g\"} %" PRIu64 "\n", tm[i].type,
-			    buckets[j], tm[i].hist[j]);
-		evbuffer_add_printf(b, "sandboxd_create_seconds_bucket{type="
-		    "\"%s\",le=\"+Inf\"} %" PRIu64 "\n", tm[i].type, tm[i].count);
-		evbuffer_add_printf(b, "sandboxd_create_seconds_sum{type=\"%s\"} "
-		    "%.6f\n", tm[i].type, tm[i].sum);
-		evbuffer_add_printf(b, "sandboxd_create_seconds_count{type=\"%s\"} "
-		    "%" PRIu64 "\n", tm[i].type, tm[i].count);
-	}
+	histogram(b, "sandboxd_create_seconds",
+	    "Seconds from create to a healthy agent.",
+	    0);
+	histogram(b, "sandboxd_create_queue_seconds",
+	    "Seconds a create waited in sandboxd's queue before Docker got it.",
+	    1);
 	head(b, "sandboxd_sessions", "gauge", "Sessions with live sandboxes.");
 	evbuffer_add_printf(b, "sandboxd_sessions %zu\n", sessions_count());
 	head(b, "sandboxd_ports_in_use", "gauge", "Host ports held by sandboxes.");

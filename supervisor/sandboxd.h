@@ -8,7 +8,7 @@
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), lifecycle.c (operations: release / start / stop),
+ * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop),
  * lifecycle_create.c (create and the wait for an agent), workspace.c
  * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
  * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
@@ -91,6 +91,7 @@ struct sandboxd_config {
 	char *public_url;		/* how clients reach us, for proxy urls */
 	long pool_parallel;		/* concurrent creates per pool */
 	long docker_parallel;		/* Engine API calls at once */
+	long shutdown_parallel;		/* the same while shutdown removes */
 	char *log_level;
 	int access_log;
 	long max_connections;		/* client connections; 0: the default */
@@ -260,6 +261,20 @@ json_t *sandbox_model(const struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
 void sandbox_free_all(void);
+
+/* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
+ * as sent, or NULL. */
+struct sandbox_query {
+	const char *type;
+	const char *state;
+	const char *session;		/* session_ctx_id */
+	const char *all;		/* with released ones */
+	const char *offset;
+	const char *limit;
+};
+/* {"sandboxes": [model, ...], "total": matches, "offset", "limit"} (new
+ * reference), or NULL with err (400) for a bad parameter. */
+json_t *sandbox_list_json(const struct sandbox_query *q, struct error *err);
 
 /* lifecycle.c, lifecycle_create.c */
 
@@ -463,6 +478,8 @@ enum metric_counter {
 };
 void metrics_count(enum metric_counter c, const char *type_name);
 void metrics_create_seconds(const char *type_name, double seconds);
+/* Seconds a create waited in sandboxd's queue before Docker got it. */
+void metrics_create_queue_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
 void metrics_free(void);
 
@@ -484,6 +501,7 @@ struct sandboxd {
 	struct ports *ports;
 	int ready;			/* adoption done: pools may fill */
 	int shutting_down;
+	int exit_status;		/* main's: 1 when shutdown left some */
 	double started;
 };
 

@@ -61,6 +61,51 @@ def test_sandbox_crud_and_agent_proxy(start_sandboxd):
         "/v1/sandboxes", params={"all": "true"}).json()["sandboxes"]}
 
 
+def test_list_filters_and_pages(start_sandboxd):
+    s = start_sandboxd(env={"POOL_SIZE": "3"})
+    wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}'] == 3,
+               60, what="pool")
+    made = [s.post("/v1/sandboxes", {"type": "minimal", "pool": False}
+                   ).json()["container_name"] for _ in range(2)]
+    gone = s.post("/v1/sandboxes", {"type": "minimal", "pool": False}
+                  ).json()["container_name"]
+    assert s.delete(f"/v1/sandboxes/{gone}").status_code == 200
+
+    everything = s.get("/v1/sandboxes").json()
+    assert everything["total"] == 5 and len(everything["sandboxes"]) == 5
+    assert everything["offset"] == 0 and everything["limit"] is None
+    order = [x["container_name"] for x in everything["sandboxes"]]
+
+    running = s.get("/v1/sandboxes", params={"state": "running"}).json()
+    assert running["total"] == 2
+    assert {x["container_name"] for x in running["sandboxes"]} == set(made)
+    assert s.get("/v1/sandboxes", params={"state": "warm", "type": "minimal"}
+                 ).json()["total"] == 3
+    assert s.get("/v1/sandboxes", params={"type": "base"}).json()["total"] == 0
+    released = s.get("/v1/sandboxes", params={"state": "released"}).json()
+    assert [x["container_name"] for x in released["sandboxes"]] == [gone]
+    assert s.get("/v1/sandboxes", params={"all": "true"}).json()["total"] == 6
+
+    pages = []
+    for offset in range(0, 5, 2):
+        page = s.get("/v1/sandboxes",
+                     params={"offset": offset, "limit": 2}).json()
+        assert page["total"] == 5
+        assert page["offset"] == offset and page["limit"] == 2
+        pages += [x["container_name"] for x in page["sandboxes"]]
+    assert pages == order
+    assert s.get("/v1/sandboxes", params={"offset": 99}).json()[
+        "sandboxes"] == []
+
+    for bad in ({"state": "sleeping"}, {"type": "no-such-type"},
+                {"offset": "-1"}, {"offset": "x"}, {"limit": "1001"},
+                {"limit": ""}, {"all": "maybe"}):
+        r = s.get("/v1/sandboxes", params=bad)
+        assert r.status_code == 400, (bad, r.text)
+        assert r.headers["Content-Type"].startswith("application/json")
+        assert list(bad)[0] in r.json()["detail"]
+
+
 def test_metrics_text_format(start_sandboxd):
     s = start_sandboxd()
     r = s.get("/metrics")

@@ -151,6 +151,7 @@ test_bad_values_name_their_key(void **state)
 		{ "MAX_SANDBOX_INSTANCES", "-3", "MAX_SANDBOX_INSTANCES" },
 		{ "DOCKER_HOST", "tcp://127.0.0.1:2375", "DOCKER_HOST" },
 		{ "AUTO_CLEANUP", "sometimes", "AUTO_CLEANUP" },
+		{ "SANDBOXD_SHUTDOWN_PARALLEL", "0", "SANDBOXD_SHUTDOWN_PARALLEL" },
 	};
 	struct sandboxd_config cfg;
 	struct error err;

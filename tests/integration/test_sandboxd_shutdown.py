@@ -1,0 +1,129 @@
+"""Shutdown with AUTO_CLEANUP: every sandbox goes, removals run wide
+(SANDBOXD_SHUTDOWN_PARALLEL), the log counts them ("removed N of M"), and
+the exit status says whether all went: 1, with a line naming how many are
+left, when Docker refuses some."""
+import os
+import re
+import signal
+import socket
+import threading
+
+from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F401
+                               wait_until)
+
+N = 20
+
+
+def test_sigterm_removes_a_full_pool_and_counts(start_sandboxd):
+    s = start_sandboxd(env={"POOL_SIZE": str(N), "SANDBOXD_POOL_PARALLEL": "8",
+                            "SANDBOXD_CREATE_TIMEOUT": "300"})
+    wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}'] == N,
+               180, what=f"{N} warm sandboxes")
+    assert len(s.containers()) == N
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit() == 0
+    assert s.containers() == {}
+    assert os.listdir(os.path.join(s.state_dir, "workspaces")) == []
+    log = s.read_log()
+    assert f"shutdown: removing {N} sandboxes, 32 Docker calls at once" in log
+    assert re.search(rf"shutdown: removed {N} of {N} sandboxes in [0-9.]+ s",
+                     log), log[-3000:]
+    assert f"shutdown: removed all {N} sandboxes" in log
+    print(re.search(r"shutdown: removed all .*", log).group(0))
+    assert "could not be removed" not in log
+
+
+class RefusingDocker:
+    """A unix socket in front of the real Docker daemon that answers every
+    container removal with Docker's own error shape and status 500, and
+    passes every other request through. sandboxd's client sends one
+    request per connection (Connection: close), so the first line says
+    all."""
+
+    def __init__(self, path):
+        self.path = path
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        self.upstream = host[len("unix://"):]
+        self.refused = 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(64)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.handle, args=(conn,),
+                             daemon=True).start()
+
+    def handle(self, conn):
+        first = b""
+        while b"\r\n" not in first:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conn.close()
+                return
+            first += chunk
+        if first.startswith(b"DELETE /containers/"):
+            self.refused += 1
+            body = b'{"message":"removal refused (test)"}'
+            conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\n"
+                         b"Content-Type: application/json\r\n"
+                         b"Content-Length: %d\r\nConnection: close\r\n\r\n"
+                         % len(body) + body)
+            conn.close()
+            return
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        up.connect(self.upstream)
+        up.sendall(first)
+
+        def pump(a, b):
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            except OSError:
+                pass
+            try:
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        t.start()
+        pump(conn, up)
+        t.join(30)
+        up.close()
+        conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_exit_status_says_some_are_left(start_sandboxd, scratch):
+    sock = os.path.join(scratch("sbxd-dk-"), "docker.sock")
+    proxy = RefusingDocker(sock)
+    try:
+        s = start_sandboxd(env={"DOCKER_HOST": f"unix://{sock}",
+                                "POOL_SIZE": "3"})
+        wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}']
+                   == 3, 120, what="3 warm sandboxes")
+        s.signal(signal.SIGTERM)
+        assert s.wait_exit() == 1
+        log = s.read_log()
+        assert ("shutdown: 3 containers could not be removed and are left "
+                "running, labelled for the next start") in log, log[-3000:]
+        assert proxy.refused >= 6          # each release, then the sweep
+        left = s.containers()
+        assert len(left) == 3
+        for name in left:
+            labels = s.inspect(name)["Config"]["Labels"]
+            assert labels["io.agentscope.sandboxd.instance"] == s.instance
+    finally:
+        proxy.close()
+    s.expected_exit = 1
