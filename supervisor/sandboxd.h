@@ -15,6 +15,7 @@
  * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
+ * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
  */
@@ -442,10 +443,11 @@ char *api_tool_target(const char *tool, json_t *arguments, json_t **body);
 void api_reply_rpc_error(struct http_request *req, const char *what,
     const struct error *err);
 
-/* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
+/* api_agentscope.c, api_rest.c, api_desktop.c, api_mcp.c: route tables. */
 const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
+const struct http_route *api_mcp_routes(size_t *n);
 
 /* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
 /* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as
