@@ -3,18 +3,14 @@
 //
 //   node sandboxd_mcp_client.mjs URL TOKEN STEPS_JSON
 //
-// TOKEN "" sends no Authorization header. Runs the steps in order and
-// prints one JSON line per step:
-//   {"op": "list"}                          -> the tools
-//   {"op": "call", "name", "arguments"}     -> the result, or {"error"}
-//   {"op": "ping"}
-//   {"op": "terminate"}: DELETE /mcp (ends the session)
-// The first line is the initialize outcome (server version, session id).
+// TOKEN "" sends no Authorization header. The first line is the
+// initialize outcome (server version, session id, or the error), then
+// one line per step (mcp_client_steps.mjs).
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { out, runSteps } from "./mcp_client_steps.mjs";
 
 const [url, token, stepsJson] = process.argv.slice(2);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 
 const headers = token ? { Authorization: `Bearer ${token}` } : {};
 const transport = new StreamableHTTPClientTransport(new URL(url),
@@ -30,23 +26,4 @@ out({ op: "initialize", version: client.getServerVersion(),
       session: transport.sessionId ?? null,
       protocol: transport.protocolVersion ?? null,
       instructions: client.getInstructions() });
-
-for (const step of JSON.parse(stepsJson)) {
-  try {
-    if (step.op === "list") {
-      out({ op: "list", result: await client.listTools() });
-    } else if (step.op === "ping") {
-      out({ op: "ping", result: await client.ping() });
-    } else if (step.op === "call") {
-      out({ op: "call", result: await client.callTool(
-        { name: step.name, arguments: step.arguments }) });
-    } else if (step.op === "terminate") {
-      await transport.terminateSession();
-      out({ op: "terminate", session: transport.sessionId ?? null });
-    }
-  } catch (e) {
-    out({ op: step.op, error: String(e.message ?? e), code: e.code ?? null });
-  }
-}
-await client.close();
-out({ op: "closed" });
+await runSteps(client, transport, JSON.parse(stepsJson));
