@@ -7,6 +7,7 @@ token as on every route, and JSON-RPC errors for bad messages.
 import json
 import os
 import subprocess
+import time
 
 import requests
 
@@ -235,3 +236,49 @@ def test_sandbox_released_elsewhere_is_replaced(start_sandboxd):
                     headers={"Authorization": "Bearer tok",
                              "Mcp-Session-Id": sid})
     assert not s.containers()
+
+
+def test_idle_session_sandbox_reaped(start_sandboxd):
+    """The MCP session's sandbox belongs to a sandboxd session: calls keep
+    it alive, HEARTBEAT_TIMEOUT without calls reaps it, and the MCP
+    session then says so and goes on with a new sandbox."""
+    # Sandboxes from the warm pool: a create on this loaded machine may
+    # itself take longer than the 3 s.
+    s = start_sandboxd(token="tok", env={"HEARTBEAT_TIMEOUT": "3",
+                                         "POOL_SIZE": "1"})
+    sid, _ = initialize(s)
+
+    def warm():
+        return any(m["state"] == "warm" for m in (
+            s.rpc("get_info", identity=n) for n in s.containers(False)))
+
+    def shell(i, command):
+        r = post(s, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                     "params": {"name": "run_shell_command",
+                                "arguments": {"command": command}}},
+                 session=sid)
+        assert r.status_code == 200, r.text
+        return r.json()["result"]
+
+    wait_until(warm, 60, what="a warm sandbox")
+    assert texts(shell(1, "echo one")) == ["one\n", "0"]
+    [first] = [n for n in s.containers(False)
+               if s.rpc("get_info", identity=n)["state"] == "running"]
+    deadline = time.time() + 5
+    while time.time() < deadline:  # busy for longer than the timeout
+        assert shell(2, "true")["isError"] is False
+        time.sleep(0.5)
+    assert s.rpc("get_info", identity=first)["state"] == "running"
+    # Watched through Docker: get_info would count as activity.
+    wait_until(lambda: first not in s.containers(), 30,
+               what="the idle sandbox reaped")
+    gone = shell(3, "echo two")
+    assert gone["isError"] is True
+    assert "is gone" in gone["content"][0]["text"], gone
+    wait_until(warm, 60, what="a warm sandbox")
+    assert texts(shell(4, "echo three")) == ["three\n", "0"]
+    requests.delete(s.url + "/mcp", timeout=120,
+                    headers={"Authorization": "Bearer tok",
+                             "Mcp-Session-Id": sid})
+    assert all(s.rpc("get_info", identity=n)["state"] == "warm"
+               for n in s.containers(False))
