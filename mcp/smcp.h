@@ -14,16 +14,10 @@
 #include <jansson.h>
 
 #include "error.h"
+#include "mcp_wire.h"
 
 struct event_base;
 struct http_client_request;
-
-/* JSON-RPC error codes (the MCP spec uses JSON-RPC 2.0's). */
-#define SMCP_PARSE_ERROR	-32700
-#define SMCP_INVALID_REQUEST	-32600
-#define SMCP_METHOD_NOT_FOUND	-32601
-#define SMCP_INVALID_PARAMS	-32602
-#define SMCP_INTERNAL_ERROR	-32603
 
 enum smcp_box_state {
 	SMCP_BOX_NONE,		/* no sandbox yet (or the last create failed) */

@@ -223,66 +223,12 @@ static void
 fail_call(struct smcp_call *c, const struct error *e)
 {
 	if (c->is_call) {
-		answer_call(c, json_pack("{s:[{s:s,s:s}],s:b}", "content",
-		    "type", "text", "text", e->msg, "isError", 1));
+		answer_call(c, mcp_wire_tool_failure(e->msg));
 		return;
 	}
-	smcp_send_error(c->id, SMCP_INTERNAL_ERROR, "%s", e->msg);
+	smcp_send_error(c->id, MCP_WIRE_INTERNAL_ERROR, "%s", e->msg);
 	unlink_call(c);
 	smcp_call_free(c);
-}
-
-/* sandboxd's tool groups ({group: {name: {"json_schema": {"function":
- * {name, description, parameters}}}}}) as MCP's tool list, names as they
- * are, the first of a name kept. */
-static json_t *
-tools_from_groups(json_t *groups)
-{
-	json_t *tools = json_array(), *seen = json_object(), *group, *tool;
-	const char *gname, *name;
-
-	json_object_foreach(groups, gname, group) {
-		if (!json_is_object(group))
-			continue;
-		json_object_foreach(group, name, tool) {
-			json_t *fn = json_object_get(json_object_get(tool,
-			    "json_schema"), "function");
-			json_t *schema = json_object_get(fn, "parameters");
-			json_t *desc = json_object_get(fn, "description");
-			json_t *t;
-
-			if (json_object_get(seen, name) != NULL)
-				continue;
-			json_object_set_new(seen, name, json_true());
-			t = json_pack("{s:s}", "name", name);
-			if (json_is_string(desc))
-				json_object_set(t, "description", desc);
-			/* MCP requires an object schema. */
-			if (json_is_object(schema))
-				json_object_set(t, "inputSchema", schema);
-			else
-				json_object_set_new(t, "inputSchema",
-				    json_pack("{s:s,s:{}}", "type", "object",
-				    "properties"));
-			json_array_append_new(tools, t);
-		}
-	}
-	json_decref(seen);
-	return tools;
-}
-
-static int
-tool_known(const char *name)
-{
-	size_t i;
-	json_t *t;
-
-	json_array_foreach(smcp.tools, i, t) {
-		if (strcmp(json_string_value(json_object_get(t, "name")),
-		    name) == 0)
-			return 1;
-	}
-	return 0;
 }
 
 static void
@@ -300,25 +246,10 @@ list_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 		return;
 	}
 	json_decref(smcp.tools);
-	smcp.tools = tools_from_groups(data);
+	smcp.tools = mcp_wire_tools_from_groups(data);
 	answer_call(c, json_pack("{s:O}", "tools", smcp.tools));
 }
 ANSWER_CALLBACKS(list_done_cb);
-
-/* sandboxd's CallToolResult as MCP's: content items (text, image) and
- * isError as they are; the reference's "meta" is not an MCP field. */
-static json_t *
-tool_result(json_t *data)
-{
-	json_t *r = json_deep_copy(data);
-
-	json_object_del(r, "meta");
-	if (!json_is_array(json_object_get(r, "content")))
-		json_object_set_new(r, "content", json_array());
-	if (!json_is_boolean(json_object_get(r, "isError")))
-		json_object_set_new(r, "isError", json_false());
-	return r;
-}
 
 static void
 call_done_cb(int status, json_t *answer, const struct error *err, void *arg)
@@ -335,7 +266,7 @@ call_done_cb(int status, json_t *answer, const struct error *err, void *arg)
 		fail_call(c, &e);
 		return;
 	}
-	answer_call(c, tool_result(data));
+	answer_call(c, mcp_wire_tool_result(data));
 }
 ANSWER_CALLBACKS(call_done_cb);
 
@@ -348,10 +279,10 @@ start_call(struct smcp_call *c)
 		c->up = post("list_tools", json_pack("{s:s}", "identity",
 		    smcp.box_name), LIST_TOOLS_TIMEOUT, &list_done_cb_http, c,
 		    &err);
-	} else if (smcp.tools != NULL && !tool_known(c->tool)) {
+	} else if (smcp.tools != NULL && !mcp_wire_tool_known(smcp.tools, c->tool)) {
 		/* A name not offered is the client's mistake (MCP: a
 		 * protocol error), not a failed tool run. */
-		smcp_send_error(c->id, SMCP_INVALID_PARAMS, "Unknown tool: %s",
+		smcp_send_error(c->id, MCP_WIRE_INVALID_PARAMS, "Unknown tool: %s",
 		    c->tool);
 		unlink_call(c);
 		smcp_call_free(c);

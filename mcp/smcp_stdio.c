@@ -29,11 +29,6 @@
 #define READ_CHUNK 65536
 #define MAX_CALLS 64
 
-/* Newest first; the first is what a client asking for a version we do not
- * know gets (MCP's negotiation: the server answers one it supports). */
-static const char *const versions[] = { "2025-06-18", "2025-03-26",
-    "2024-11-05" };
-
 static struct event *in_ev;
 static struct evbuffer *in_buf;
 static int discarding;		/* inside a line longer than max_message */
@@ -61,8 +56,7 @@ smcp_send(json_t *msg)
 void
 smcp_send_result(json_t *id, json_t *result)
 {
-	smcp_send(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id,
-	    "result", result));
+	smcp_send(mcp_wire_result(id, result));
 }
 
 void
@@ -74,34 +68,7 @@ smcp_send_error(json_t *id, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	smcp_send(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id",
-	    id != NULL ? id : json_null(), "error", "code", code, "message",
-	    msg));
-}
-
-static void
-do_initialize(json_t *id, json_t *params)
-{
-	const char *asked = json_string_value(json_object_get(params,
-	    "protocolVersion"));
-	const char *version = versions[0];
-	size_t i;
-
-	for (i = 0; asked != NULL && i < sizeof versions / sizeof *versions;
-	    i++) {
-		if (strcmp(asked, versions[i]) == 0)
-			version = versions[i];
-	}
-	char *note = xasprintf("The tools of one sandbox of type '%s' "
-	    "(created on first use, released when this session ends); files "
-	    "and Python variables are kept between calls.", smcp.type);
-
-	smcp_send_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s},s:s}",
-	    "protocolVersion", version,
-	    "capabilities", "tools", "listChanged", 0,
-	    "serverInfo", "name", "sandbox-mcp", "version", VERSION,
-	    "instructions", note));
-	free(note);
+	smcp_send(mcp_wire_error(id, code, msg));
 }
 
 static void
@@ -115,14 +82,14 @@ do_tools(json_t *id, const char *method, json_t *params)
 		args = json_object_get(params, "arguments");
 		if (!json_is_string(name) || (args != NULL &&
 		    !json_is_object(args) && !json_is_null(args))) {
-			smcp_send_error(id, SMCP_INVALID_PARAMS, "tools/call "
+			smcp_send_error(id, MCP_WIRE_INVALID_PARAMS, "tools/call "
 			    "needs params {\"name\": string, \"arguments\": "
 			    "object}");
 			return;
 		}
 	}
 	if (smcp.ncalls >= MAX_CALLS) {
-		smcp_send_error(id, SMCP_INTERNAL_ERROR, "too many requests "
+		smcp_send_error(id, MCP_WIRE_INTERNAL_ERROR, "too many requests "
 		    "in progress (at most %d)", MAX_CALLS);
 		return;
 	}
@@ -158,7 +125,7 @@ handle_message(const char *line, size_t len)
 
 	msg = json_loadb(line, len, 0, &jerr);
 	if (msg == NULL) {
-		smcp_send_error(NULL, SMCP_PARSE_ERROR, "Parse error: %s",
+		smcp_send_error(NULL, MCP_WIRE_PARSE_ERROR, "Parse error: %s",
 		    jerr.text);
 		return;
 	}
@@ -167,7 +134,7 @@ handle_message(const char *line, size_t len)
 	params = json_object_get(msg, "params");
 	if (!json_is_object(msg) || (id != NULL && !json_is_string(id) &&
 	    !json_is_integer(id))) {
-		smcp_send_error(NULL, SMCP_INVALID_REQUEST, "Invalid request: "
+		smcp_send_error(NULL, MCP_WIRE_INVALID_REQUEST, "Invalid request: "
 		    "a JSON-RPC message is an object with a string or integer "
 		    "id (batches are not supported)");
 	} else if (method == NULL) {
@@ -175,22 +142,23 @@ handle_message(const char *line, size_t len)
 		 * could answer. */
 		if (json_object_get(msg, "result") == NULL &&
 		    json_object_get(msg, "error") == NULL && id != NULL)
-			smcp_send_error(id, SMCP_INVALID_REQUEST,
+			smcp_send_error(id, MCP_WIRE_INVALID_REQUEST,
 			    "Invalid request: no method");
 	} else if (id == NULL) {
 		do_notification(method, params);
 	} else if (params != NULL && !json_is_object(params)) {
-		smcp_send_error(id, SMCP_INVALID_PARAMS, "params must be an "
+		smcp_send_error(id, MCP_WIRE_INVALID_PARAMS, "params must be an "
 		    "object");
 	} else if (strcmp(method, "initialize") == 0) {
-		do_initialize(id, params);
+		smcp_send_result(id, mcp_wire_initialize_result(params,
+		    "sandbox-mcp", smcp.type));
 	} else if (strcmp(method, "ping") == 0) {
 		smcp_send_result(id, json_object());
 	} else if (strcmp(method, "tools/list") == 0 ||
 	    strcmp(method, "tools/call") == 0) {
 		do_tools(id, method, params);
 	} else {
-		smcp_send_error(id, SMCP_METHOD_NOT_FOUND, "Method not found: "
+		smcp_send_error(id, MCP_WIRE_METHOD_NOT_FOUND, "Method not found: "
 		    "%s", method);
 	}
 	json_decref(msg);
@@ -226,7 +194,7 @@ take_lines(void)
 		if (discarding || len > smcp.max_message) {
 			evbuffer_drain(in_buf, len + 1);
 			discarding = 0;
-			smcp_send_error(NULL, SMCP_INVALID_REQUEST, "message "
+			smcp_send_error(NULL, MCP_WIRE_INVALID_REQUEST, "message "
 			    "longer than %zu bytes dropped (--max_message)",
 			    smcp.max_message);
 			continue;

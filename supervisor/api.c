@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "xmalloc.h"
 
 int
 api_parse_create(json_t *args, struct create_request *creq,
@@ -52,4 +53,67 @@ api_reply_rpc_error(struct http_request *req, const char *what,
 
 	error_prefix(&e, "Error in %s", what);
 	sandboxd_reply_error(req, &e);
+}
+
+static json_t *
+generic_tool(const char *name, const char *description, const char *param,
+    const char *param_description)
+{
+	return json_pack("{s:s,s:{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}}}",
+	    "name", name, "json_schema", "type", "function", "function",
+	    "name", name, "description", description, "parameters",
+	    "type", "object", "properties", param, "type", "string",
+	    "description", param_description, "required", param);
+}
+
+static json_t *
+generic_tools(void)
+{
+	json_t *g = json_object();
+
+	json_object_set_new(g, "run_ipython_cell", generic_tool(
+	    "run_ipython_cell", "Run an IPython cell.", "code",
+	    "IPython code to execute"));
+	json_object_set_new(g, "run_shell_command", generic_tool(
+	    "run_shell_command", "Run a shell command.", "command",
+	    "Shell command to execute"));
+	return g;
+}
+
+json_t *
+api_tool_groups(struct sandbox *sb, int status, json_t *answer,
+    const struct error *err, struct error *e)
+{
+	json_t *tools;
+
+	if (err != NULL) {
+		*e = *err;
+		error_prefix(e, "the agent of %s", sb->name);
+		return NULL;
+	}
+	/* An agent without MCP (the minimal image) offers the generic
+	 * tools only. */
+	if (status == 404 || (status == 200 && json_is_object(answer))) {
+		tools = status == 200 ? json_deep_copy(answer) : json_object();
+	} else {
+		error_set(e, 502, "the agent of %s answered HTTP %d to "
+		    "/mcp/list_tools", sb->name, status);
+		return NULL;
+	}
+	json_object_set_new(tools, "generic", generic_tools());
+	return tools;
+}
+
+char *
+api_tool_target(const char *tool, json_t *arguments, json_t **body)
+{
+	if (strcmp(tool, "run_shell_command") == 0 ||
+	    strcmp(tool, "run_ipython_cell") == 0) {
+		*body = arguments != NULL ? json_incref(arguments) :
+		    json_object();
+		return xasprintf("/tools/%s", tool);
+	}
+	*body = json_pack("{s:s,s:o}", "tool_name", tool, "arguments",
+	    arguments != NULL ? json_incref(arguments) : json_object());
+	return xstrdup("/mcp/call_tool");
 }

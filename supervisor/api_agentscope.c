@@ -338,31 +338,6 @@ rpc_check_health(struct http_request *req, const char *what, json_t *args)
 		    rpc_new(req, what, args));
 }
 
-static json_t *
-generic_tool(const char *name, const char *description, const char *param,
-    const char *param_description)
-{
-	return json_pack("{s:s,s:{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}}}",
-	    "name", name, "json_schema", "type", "function", "function",
-	    "name", name, "description", description, "parameters",
-	    "type", "object", "properties", param, "type", "string",
-	    "description", param_description, "required", param);
-}
-
-static json_t *
-generic_tools(void)
-{
-	json_t *g = json_object();
-
-	json_object_set_new(g, "run_ipython_cell", generic_tool(
-	    "run_ipython_cell", "Run an IPython cell.", "code",
-	    "IPython code to execute"));
-	json_object_set_new(g, "run_shell_command", generic_tool(
-	    "run_shell_command", "Run a shell command.", "command",
-	    "Shell command to execute"));
-	return g;
-}
-
 static void
 tools_cb(struct sandbox *sb, int status, json_t *answer,
     const struct error *err, void *arg)
@@ -371,25 +346,11 @@ tools_cb(struct sandbox *sb, int status, json_t *answer,
 	json_t *tools;
 	struct error e;
 
-	if (err != NULL) {
-		e = *err;
-		error_prefix(&e, "the agent of %s", sb->name);
+	if ((tools = api_tool_groups(sb, status, answer, err, &e)) == NULL) {
 		api_reply_rpc_error(r->req, r->what, &e);
 		rpc_free(r);
 		return;
 	}
-	/* An agent without MCP (the minimal image) offers the generic
-	 * tools only. */
-	if (status == 404 || (status == 200 && json_is_object(answer))) {
-		tools = status == 200 ? json_deep_copy(answer) : json_object();
-	} else {
-		error_set(&e, 502, "the agent of %s answered HTTP %d to "
-		    "/mcp/list_tools", sb->name, status);
-		api_reply_rpc_error(r->req, r->what, &e);
-		rpc_free(r);
-		return;
-	}
-	json_object_set_new(tools, "generic", generic_tools());
 	if (r->tool_type != NULL) {
 		json_t *group = json_object_get(tools, r->tool_type);
 
@@ -453,15 +414,7 @@ rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 		api_reply_rpc_error(req, what, &err);
 		return;
 	}
-	if (strcmp(tool, "run_shell_command") == 0 ||
-	    strcmp(tool, "run_ipython_cell") == 0) {
-		target = xasprintf("/tools/%s", tool);
-		body = arguments != NULL ? json_incref(arguments) : json_object();
-	} else {
-		target = xstrdup("/mcp/call_tool");
-		body = json_pack("{s:s,s:o}", "tool_name", tool, "arguments",
-		    arguments != NULL ? json_incref(arguments) : json_object());
-	}
+	target = api_tool_target(tool, arguments, &body);
 	agent_relay(req, sb, target, body, what);
 	free(target);
 	json_decref(body);

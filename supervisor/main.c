@@ -212,18 +212,21 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 static struct http_route *
 merged_routes(size_t *n)
 {
-	const struct http_route *a, *b, *c;
-	struct http_route *all;
-	size_t na, nb, nc;
+	const struct http_route *(*const tables[])(size_t *) = {
+		api_agentscope_routes, api_rest_routes, api_desktop_routes,
+		api_mcp_routes,
+	};
+	struct http_route *all = NULL;
+	size_t i, k;
 
-	a = api_agentscope_routes(&na);
-	b = api_rest_routes(&nb);
-	c = api_desktop_routes(&nc);
-	all = xcalloc(na + nb + nc, sizeof *all);
-	memcpy(all, a, na * sizeof *a);
-	memcpy(all + na, b, nb * sizeof *b);
-	memcpy(all + na + nb, c, nc * sizeof *c);
-	*n = na + nb + nc;
+	*n = 0;
+	for (i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+		const struct http_route *t = tables[i](&k);
+
+		all = xreallocarray(all, *n + k, sizeof *all);
+		memcpy(all + *n, t, k * sizeof *t);
+		*n += k;
+	}
 	return all;
 }
 

@@ -15,6 +15,7 @@
  * sessions.c, health.c,
  * agent_client.c (calls to agents), proxy.c (streaming proxy),
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
+ * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
  */
@@ -445,14 +446,23 @@ int proxy_authorized(struct http_request *req, const struct sandbox *sb);
  * from args. -1 with err (400). */
 int api_parse_create(json_t *args, struct create_request *creq,
     const char *type_key, struct error *err);
+/* The agent's answer to GET /mcp/list_tools (status, answer, or err when
+ * the call failed) as sandboxd's tool groups, the generic tools added.
+ * New reference, or NULL with e saying why. */
+json_t *api_tool_groups(struct sandbox *sb, int status, json_t *answer,
+    const struct error *err, struct error *e);
+/* The agent route of a tool call, and its body in *body (new reference);
+ * arguments may be NULL. Caller frees the route. */
+char *api_tool_target(const char *tool, json_t *arguments, json_t **body);
 /* Our answer to a failed spec RPC: status of err, "Error in <what>: msg". */
 void api_reply_rpc_error(struct http_request *req, const char *what,
     const struct error *err);
 
-/* api_agentscope.c, api_rest.c, api_desktop.c: route tables. */
+/* api_agentscope.c, api_rest.c, api_desktop.c, api_mcp.c: route tables. */
 const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
+const struct http_route *api_mcp_routes(size_t *n);
 
 /* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
 /* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as

@@ -3,7 +3,7 @@
 # sandbox-mcp. tools/call run_shell_command "echo hi" through sandbox-mcp
 # against straight to sandboxd's /call_tool (turns taken, as
 # sbxd_compare does), and the first tool call of a new session with a
-# warm pool.
+# warm pool; the same two through sandboxd's own /mcp.
 #
 # Knobs: BENCH_MCP_FIRST new sessions timed (10), BENCH_MCP_CALLS calls
 # per path (1000), BENCH_ROUNDS turns (5).
@@ -44,6 +44,26 @@ section_sandbox_mcp() {
 	else
 		row "through sandbox-mcp" "error"
 		fail "sandbox_mcp overhead: $out"
+	fi
+	if out=$(/usr/bin/python3 "$MCP_HELPER" http_first "$SBXD_URL" \
+		"${BENCH_MCP_FIRST:-10}" 2>&1); then
+		row "first tools/call, new /mcp session, warm pool" \
+			"$(field first_p50_ms "$out") ms" "<= 20 ms" \
+			"$(verdict "$(field first_p50_ms "$out")" '<=' 20)"
+	else
+		row "first tools/call of an /mcp session" "error"
+		fail "sandbox_mcp http_first: $out"
+	fi
+	if out=$(/usr/bin/python3 "$MCP_HELPER" http_overhead "$SBXD_URL" \
+		"${BENCH_MCP_CALLS:-1000}" "${BENCH_ROUNDS:-5}" 2>&1); then
+		row 'run_shell_command "echo hi", /call_tool' \
+			"p50 $(field direct_p50_us "$out") us"
+		row "  through sandboxd's /mcp" \
+			"p50 $(field mcp_p50_us "$out") us" "+ <= 1000 us" \
+			"$(verdict "$(field overhead_us "$out")" '<=' 1000) (+$(field overhead_us "$out") us)"
+	else
+		row "through /mcp" "error"
+		fail "sandbox_mcp http_overhead: $out"
 	fi
 	sbxd_stop
 	if [ -n "$(docker ps -aq --filter "label=io.agentscope.sandboxd.instance=$(cat "$TMP/mcp/st/instance")")" ]; then

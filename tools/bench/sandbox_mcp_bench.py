@@ -13,6 +13,10 @@ minimal sandboxes.
       straight to sandboxd's /call_tool (one keep-alive connection), both
       from this process so the client's own cost weighs on both alike;
       prints mcp_p50_us direct_p50_us overhead_us (medians over the turns)
+  sandbox_mcp_bench.py http_first URL N
+  sandbox_mcp_bench.py http_overhead URL N ROUNDS
+      the same through sandboxd's own /mcp (streamable HTTP, one
+      keep-alive connection, a new MCP session each time for http_first)
 
 Only 127.0.0.1 is reached.
 """
@@ -98,9 +102,106 @@ def overhead(url, mcp_bin, n, rounds):
     print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={m - d:.0f}")
 
 
+class HttpSession:
+    """An MCP session on sandboxd's /mcp over one keep-alive connection."""
+
+    def __init__(self, url):
+        u = urlparse(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port,
+                                               timeout=60)
+        self.sid = None
+        r = self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": "2025-06-18",
+                                  "capabilities": {}, "clientInfo":
+                                  {"name": "bench", "version": "1"}}})
+        if "result" not in r:
+            sys.exit(f"initialize failed: {r}")
+
+    def post(self, msg):
+        headers = {"Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+        if self.sid:
+            headers["Mcp-Session-Id"] = self.sid
+        self.conn.request("POST", "/mcp?type=minimal", json.dumps(msg),
+                          headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            sys.exit(f"/mcp: {resp.status} {data[:200]}")
+        self.sid = self.sid or resp.getheader("Mcp-Session-Id")
+        return json.loads(data)
+
+    def call(self, i):
+        answer = self.post({"jsonrpc": "2.0", "id": i,
+                            "method": "tools/call", "params": CALL})
+        if answer.get("result", {}).get("isError") is not False:
+            sys.exit(f"tools/call failed: {answer}")
+
+    def end(self):
+        self.conn.request("DELETE", "/mcp", headers={"Mcp-Session-Id":
+                                                     self.sid})
+        resp = self.conn.getresponse()
+        resp.read()
+        if resp.status != 204:
+            sys.exit(f"DELETE /mcp: {resp.status}")
+        self.conn.close()
+
+
+def http_first(url, n):
+    times = []
+    for _ in range(n):
+        wait_pool(url, "minimal", 1)
+        s = HttpSession(url)
+        t = time.perf_counter()
+        s.call(1)
+        times.append((time.perf_counter() - t) * 1000)
+        s.end()
+    print(f"first_p50_ms={statistics.median(times):.1f} "
+          f"first_max_ms={max(times):.1f}")
+
+
+def http_overhead(url, n, rounds):
+    s = HttpSession(url)
+    s.call(0)
+    keys = post(url, "/list_session_keys", {})["data"]
+    [name] = [post(url, "/get_session_mapping", {"session_ctx_id": k})
+              ["data"][0] for k in keys if k.startswith("mcp-")]
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    body = json.dumps({"identity": name, "tool_name": CALL["name"],
+                       "arguments": CALL["arguments"]})
+    via, direct = [], []
+    per = max(1, n // rounds)
+    for r in range(rounds):
+        t_mcp, t_direct = [], []
+        for i in range(per):
+            t = time.perf_counter()
+            s.call(r * per + i + 1)
+            t_mcp.append(time.perf_counter() - t)
+        for i in range(per):
+            t = time.perf_counter()
+            conn.request("POST", "/call_tool", body,
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            t_direct.append(time.perf_counter() - t)
+            if resp.status != 200:
+                sys.exit(f"/call_tool: {resp.status} {data[:200]}")
+        via.append(statistics.median(t_mcp) * 1e6)
+        direct.append(statistics.median(t_direct) * 1e6)
+    s.end()
+    m, d = statistics.median(via), statistics.median(direct)
+    print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={m - d:.0f}")
+
+
 if __name__ == "__main__":
-    cmd, url, mcp_bin = sys.argv[1:4]
-    if cmd == "first":
+    cmd, url = sys.argv[1:3]
+    mcp_bin = sys.argv[3] if len(sys.argv) > 3 else None
+    if cmd == "http_first":
+        http_first(url, int(sys.argv[3]))
+    elif cmd == "http_overhead":
+        http_overhead(url, int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "first":
         first(url, mcp_bin, int(sys.argv[4]))
     elif cmd == "overhead":
         overhead(url, mcp_bin, int(sys.argv[4]), int(sys.argv[5]))
