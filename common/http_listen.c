@@ -3,8 +3,9 @@
  * with each connection they accept.
  *
  * Limits: past max_connections a new connection gets a fixed 503 and our
- * side is shut (read until the client closes, a fixed few at a time). When accept itself fails for want of descriptors or
- * memory, the listening socket stays readable, and libevent would call
+ * side is shut (read until the client closes, a fixed few at a time).
+ * When accept itself fails for want of descriptors or memory, the
+ * listening socket stays readable, and libevent would call
  * us again at once, forever: accepting pauses instead (from 50 ms,
  * doubling to 2 s while it keeps failing), and resumes early when one of
  * our connections closes. Every such line in the log is rate-limited.

@@ -29,11 +29,10 @@ def test_queue_metric_after_creates(start_sandboxd):
     q = queue_metrics(s)
     assert q['sandboxd_create_queue_seconds_count{type="minimal"}'] == 3
     assert q['sandboxd_create_queue_seconds_bucket{type="minimal",le="+Inf"}'] == 3
-    # Nothing else waits for Docker: no create waited, and a wait is part
-    # of the create's own time.
+    # A wait is part of the create's own time. (How short it is, is not
+    # asserted: a loaded machine makes any bound on it flaky.)
     assert 0 <= q['sandboxd_create_queue_seconds_sum{type="minimal"}'] \
         <= m['sandboxd_create_seconds_sum{type="minimal"}']
-    assert q['sandboxd_create_queue_seconds_bucket{type="minimal",le="0.05"}'] == 3
 
 
 def test_queue_time_does_not_count_against_the_create_timeout(start_sandboxd,
