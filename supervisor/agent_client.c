@@ -41,11 +41,13 @@
 #define TIMEOUT_MARGIN 60.0
 
 /* One agent_call_json in flight; holds a reference to sb. */
-struct json_call {
+struct agent_call {
 	struct sandbox *sb;
 	agent_json_cb done;
 	void *arg;
+	struct http_client_request *up;	/* NULL: refused, answer deferred */
 	struct error err;	/* a call that could not start */
+	int cancelled;		/* refused, then cancelled before the answer */
 };
 
 /* One relay in flight. Freed once the reply is finished and the agent's
@@ -64,7 +66,7 @@ struct relay {
 static void
 json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
 {
-	struct json_call *c = arg;
+	struct agent_call *c = arg;
 	struct error e;
 
 	if (err != NULL) {
@@ -81,20 +83,21 @@ json_call_cb(int status, json_t *answer, const struct error *err, void *arg)
 static void
 json_call_refused_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct json_call *c = arg;
+	struct agent_call *c = arg;
 
 	(void)fd;
 	(void)what;
-	c->done(c->sb, 0, NULL, &c->err, c->arg);
+	if (!c->cancelled)
+		c->done(c->sb, 0, NULL, &c->err, c->arg);
 	sandbox_unref(c->sb);
 	free(c);
 }
 
-void
+struct agent_call *
 agent_call_json(struct sandbox *sb, const char *method, const char *target,
     json_t *body, double timeout, agent_json_cb done, void *arg)
 {
-	struct json_call *c = xcalloc(1, sizeof *c);
+	struct agent_call *c = xcalloc(1, sizeof *c);
 	char *auth = xasprintf("Authorization: Bearer %s", sb->token);
 	const char *headers[] = { auth, NULL };
 
@@ -102,13 +105,30 @@ agent_call_json(struct sandbox *sb, const char *method, const char *target,
 	c->done = done;
 	c->arg = arg;
 	sandbox_ref(sb);
-	if (http_client_json(sd.base, sb->agent_addr, method, target, headers,
-	    body, timeout, json_call_cb, c, &c->err) == NULL) {
+	c->up = http_client_json(sd.base, sb->agent_addr, method, target,
+	    headers, body, timeout, json_call_cb, c, &c->err);
+	explicit_bzero(auth, strlen(auth));
+	free(auth);
+	if (c->up == NULL) {
 		redact_error(&c->err, sb->agent_addr);
 		sandboxd_defer(json_call_refused_cb, c);
 	}
-	explicit_bzero(auth, strlen(auth));
-	free(auth);
+	return c;
+}
+
+/* Closing the connection is what stops the work at the agent: it kills a
+ * command whose client went away, and interrupts an IPython cell. */
+void
+agent_call_cancel(struct agent_call *c)
+{
+	if (c->up == NULL) {
+		/* The deferred refusal frees it, without a word. */
+		c->cancelled = 1;
+		return;
+	}
+	http_client_json_cancel(c->up);
+	sandbox_unref(c->sb);
+	free(c);
 }
 
 static void

@@ -21,9 +21,12 @@
  * Bounds: the body is the server's default limit (that of call_tool);
  * at most MAX_SESSIONS sessions (idle ones past HEARTBEAT_TIMEOUT are
  * dropped to make room) and MAX_CALLS requests waiting per session.
- * notifications/cancelled is accepted and has no effect: the client's
- * own HTTP request ends with its abort, and the agent's command runs to
- * its timeout (agent_call_json cannot be cancelled).
+ *
+ * Cancelling: notifications/cancelled naming a request of the session, or
+ * the client closing that request's connection (an aborted fetch), drops
+ * the call to the agent, whose closed connection stops the command (the
+ * agent kills a command whose client went away); the request, if its
+ * connection is still there, gets a JSON-RPC error saying so.
  */
 #include "sandboxd.h"
 
@@ -60,6 +63,7 @@ struct mcp_session {
 	int creating;
 	json_t *tools;			/* the MCP tool list, once fetched */
 	struct mcp_call *waiting;	/* for the create to finish */
+	struct mcp_call *active;	/* at the agent */
 	size_t ncalls;			/* waiting or at the agent */
 	double last_used;
 };
@@ -72,6 +76,7 @@ struct mcp_call {
 	json_t *id;
 	char *tool;			/* tools/call; NULL for tools/list */
 	json_t *arguments;
+	struct agent_call *up;		/* while at the agent */
 };
 
 static struct mcp_session *sessions;
@@ -112,9 +117,29 @@ reply_rpc_error(struct http_request *req, int status, json_t *id, int code,
 	reply_msg(req, status, NULL, m);
 }
 
+/* Take c off the session's list it is on, if any. */
+static void
+call_detach(struct mcp_call *c)
+{
+	struct mcp_call **lists[] = { &c->s->waiting, &c->s->active };
+	struct mcp_call **p;
+	size_t i;
+
+	for (i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+		for (p = lists[i]; *p != NULL; p = &(*p)->next) {
+			if (*p == c) {
+				*p = c->next;
+				c->next = NULL;
+				return;
+			}
+		}
+	}
+}
+
 static void
 call_free(struct mcp_call *c)
 {
+	call_detach(c);
 	c->s->ncalls--;
 	session_unref(c->s);
 	json_decref(c->id);
@@ -194,6 +219,7 @@ list_cb(struct sandbox *sb, int status, json_t *answer,
 	json_t *groups;
 	struct error e;
 
+	c->up = NULL;
 	if ((groups = api_tool_groups(sb, status, answer, err, &e)) == NULL) {
 		gone_instead(c->s, &e);
 		fail_call(c, &e);
@@ -213,6 +239,7 @@ tool_cb(struct sandbox *sb, int status, json_t *answer,
 	const char *detail;
 	struct error e;
 
+	c->up = NULL;
 	if (err == NULL && status == 200 && json_is_object(answer)) {
 		answer_call(c, mcp_wire_tool_result(answer));
 		return;
@@ -230,6 +257,61 @@ tool_cb(struct sandbox *sb, int status, json_t *answer,
 	fail_call(c, &e);
 }
 
+/* Stop c wherever it is (waiting for the sandbox, or at the agent) and
+ * answer it, a no-op when its client is gone. */
+static void
+cancel_call(struct mcp_call *c, const char *why)
+{
+	char *msg = xasprintf("request cancelled: %s", why);
+
+	log_info("MCP session %s: %s%s", c->s->sb_session, msg, c->up != NULL ?
+	    "; its command is stopped with its call to the agent" : "");
+	if (c->up != NULL)
+		agent_call_cancel(c->up);
+	c->up = NULL;
+	reply_msg(c->req, 200, NULL, mcp_wire_error(c->id,
+	    MCP_WIRE_INTERNAL_ERROR, msg));
+	free(msg);
+	call_free(c);
+}
+
+static void
+call_closed_cb(struct http_request *req, void *arg)
+{
+	(void)req;
+	cancel_call(arg, "the client closed its connection");
+}
+
+/* notifications/cancelled: params.requestId names a request of s still
+ * in progress (one already answered or unknown is ignored: the spec
+ * says such races are normal). */
+static void
+cancel_notified(struct mcp_session *s, json_t *params)
+{
+	json_t *rid = json_object_get(params, "requestId");
+	const char *reason = json_string_value(json_object_get(params,
+	    "reason"));
+	struct mcp_call *lists[2] = { s->waiting, s->active };
+	struct mcp_call *c;
+	size_t i;
+	char *why;
+
+	if (rid == NULL)
+		return;
+	for (i = 0; i < 2; i++) {
+		for (c = lists[i]; c != NULL; c = c->next) {
+			if (json_equal(c->id, rid)) {
+				why = xasprintf("notifications/cancelled "
+				    "(%.200s)", reason != NULL ? reason :
+				    "no reason given");
+				cancel_call(c, why);
+				free(why);
+				return;
+			}
+		}
+	}
+}
+
 static void
 start_call(struct mcp_call *c)
 {
@@ -243,8 +325,10 @@ start_call(struct mcp_call *c)
 		return;
 	}
 	sessions_touch_sandbox(sb);
+	c->next = c->s->active;
+	c->s->active = c;
 	if (c->tool == NULL) {
-		agent_call_json(sb, "GET", "/mcp/list_tools", NULL,
+		c->up = agent_call_json(sb, "GET", "/mcp/list_tools", NULL,
 		    LIST_TOOLS_TIMEOUT, list_cb, c);
 		return;
 	}
@@ -261,8 +345,8 @@ start_call(struct mcp_call *c)
 		return;
 	}
 	target = api_tool_target(c->tool, c->arguments, &body);
-	agent_call_json(sb, "POST", target, body, agent_call_timeout(target,
-	    body), tool_cb, c);
+	c->up = agent_call_json(sb, "POST", target, body,
+	    agent_call_timeout(target, body), tool_cb, c);
 	free(target);
 	json_decref(body);
 }
@@ -367,6 +451,7 @@ submit(struct mcp_session *s, struct http_request *req, json_t *id,
 	s->refs++;
 	s->ncalls++;
 	c->req = req;
+	http_request_on_close(req, call_closed_cb, c);
 	c->id = json_incref(id);
 	if (name != NULL) {
 		c->tool = xstrdup(json_string_value(name));
@@ -558,6 +643,9 @@ route_post(struct http_request *req)
 	} else if (method == NULL || id == NULL) {
 		/* Notifications and responses (we send no requests):
 		 * accepted, nothing to answer. */
+		if (method != NULL && json_is_object(params) &&
+		    strcmp(method, "notifications/cancelled") == 0)
+			cancel_notified(s, params);
 		http_reply_empty(req, 202);
 	} else if (params != NULL && !json_is_object(params)) {
 		reply_msg(req, 200, NULL, mcp_wire_error(id,

@@ -410,10 +410,14 @@ void health_stop(void);
 typedef void (*agent_json_cb)(struct sandbox *sb, int status, json_t *answer,
     const struct error *err, void *arg);
 /* A JSON call to the agent of sb, with its token; done runs after the
- * return, whatever comes. */
-void agent_call_json(struct sandbox *sb, const char *method,
+ * return, whatever comes (also a refusal to start), unless the call is
+ * cancelled first. The handle is for agent_call_cancel until done runs. */
+struct agent_call;
+struct agent_call *agent_call_json(struct sandbox *sb, const char *method,
     const char *target, json_t *body, double timeout, agent_json_cb done,
     void *arg);
+/* Drop the call: the agent's connection closes, done never runs. */
+void agent_call_cancel(struct agent_call *c);
 /* Whether the agent's route at target (query and /fastapi aside) takes a
  * "timeout" for the call: commands, IPython cells, MCP tool calls. */
 int agent_takes_timeout(const char *target);

@@ -4,6 +4,7 @@ and by plain HTTP for what the SDK never sends: one sandbox per MCP
 session, released with DELETE, sessions required and checked, the bearer
 token as on every route, and JSON-RPC errors for bad messages.
 """
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -282,3 +283,64 @@ def test_idle_session_sandbox_reaped(start_sandboxd):
                              "Mcp-Session-Id": sid})
     assert all(s.rpc("get_info", identity=n)["state"] == "warm"
                for n in s.containers(False))
+
+
+PROBE = ("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | "
+         "grep -c 'sleep 123[.]456' || true")
+
+
+def test_sdk_cancel_stops_the_command(start_sandboxd):
+    """The SDK aborts a call (AbortController): it sends
+    notifications/cancelled and drops its request; the command's
+    processes are gone and the session goes on."""
+    s = start_sandboxd(token="tok")
+    steps = [{"op": "cancel", "name": "run_shell_command",
+              "arguments": {"command": "sleep 123.456"}, "after_ms": 1500}]
+    steps += [{"op": "call", "name": "run_shell_command",
+               "arguments": {"command": "sleep 0.3; " + PROBE}}] * 10
+    steps += [{"op": "terminate"}]
+    _, cancel, *probes, ended = run_client(s.url + "/mcp", "tok", steps)
+    assert "test cancels" in cancel["error"], cancel
+    counts = [texts(p["result"])[0].strip() for p in probes]
+    assert "0" in counts, counts
+    assert "error" not in ended, ended
+    assert not s.containers()
+
+
+def test_cancelled_notification_stops_the_command(start_sandboxd):
+    """notifications/cancelled alone, the call's request still open:
+    that request is answered with an error, the command is killed."""
+    s = start_sandboxd(token="tok")
+    sid, _ = initialize(s)
+
+    def shell(i, command):
+        return post(s, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": "run_shell_command",
+                                   "arguments": {"command": command}}},
+                    session=sid)
+
+    assert shell(1, "true").status_code == 200
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(shell, "long", "sleep 123.456")
+        wait_until(lambda: texts(shell(2, PROBE).json()["result"])[0]
+                   .strip() == "1", 30, what="the command running")
+        r = post(s, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": "long",
+                                "reason": "user\nhit stop"}}, session=sid)
+        assert r.status_code == 202, r.text
+        answer = pending.result(timeout=30)
+    err = answer.json()["error"]
+    assert answer.json()["id"] == "long"
+    assert "request cancelled" in err["message"], err
+    assert "hit stop" in err["message"], err
+    wait_until(lambda: texts(shell(3, PROBE).json()["result"])[0]
+               .strip() == "0", 30, what="the command killed")
+    # An unknown or finished request id is ignored.
+    r = post(s, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                 "params": {"requestId": 1}}, session=sid)
+    assert r.status_code == 202, r.text
+    assert texts(shell(4, "echo on").json()["result"]) == ["on\n", "0"]
+    requests.delete(s.url + "/mcp", timeout=120,
+                    headers={"Authorization": "Bearer tok",
+                             "Mcp-Session-Id": sid})
+    assert not s.containers()
