@@ -1,12 +1,12 @@
 # The sandbox_mcp section of tools/bench/run (sourced by it, after
 # sandboxd.sh, whose sbxd_* helpers it uses): issue 16's targets for
 # sandbox-mcp. tools/call run_shell_command "echo hi" through sandbox-mcp
-# against straight to sandboxd's /call_tool (turns taken, as
-# sbxd_compare does), and the first tool call of a new session with a
-# warm pool; the same two through sandboxd's own /mcp.
+# against straight to sandboxd's /call_tool (one call of each in turn,
+# the median of the pairs' differences), and the first tool call of a new
+# session with a warm pool; the same two through sandboxd's own /mcp.
 #
 # Knobs: BENCH_MCP_FIRST new sessions timed (10), BENCH_MCP_CALLS calls
-# per path (1000), BENCH_ROUNDS turns (5).
+# per path (1000).
 
 SANDBOX_MCP=mcp/sandbox-mcp
 MCP_HELPER=tools/bench/sandbox_mcp_bench.py
@@ -34,8 +34,7 @@ section_sandbox_mcp() {
 		fail "sandbox_mcp first: $out"
 	fi
 	if out=$(/usr/bin/python3 "$MCP_HELPER" overhead "$SBXD_URL" \
-		"$(pwd)/$SANDBOX_MCP" "${BENCH_MCP_CALLS:-1000}" \
-		"${BENCH_ROUNDS:-5}" 2>&1); then
+		"$(pwd)/$SANDBOX_MCP" "${BENCH_MCP_CALLS:-1000}" 2>&1); then
 		row 'run_shell_command "echo hi", /call_tool' \
 			"p50 $(field direct_p50_us "$out") us"
 		row "  through sandbox-mcp" \
@@ -55,7 +54,7 @@ section_sandbox_mcp() {
 		fail "sandbox_mcp http_first: $out"
 	fi
 	if out=$(/usr/bin/python3 "$MCP_HELPER" http_overhead "$SBXD_URL" \
-		"${BENCH_MCP_CALLS:-1000}" "${BENCH_ROUNDS:-5}" 2>&1); then
+		"${BENCH_MCP_CALLS:-1000}" 2>&1); then
 		row 'run_shell_command "echo hi", /call_tool' \
 			"p50 $(field direct_p50_us "$out") us"
 		row "  through sandboxd's /mcp" \

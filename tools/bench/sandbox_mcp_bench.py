@@ -7,14 +7,16 @@ minimal sandboxes.
       N new sandbox-mcp sessions, each timed from its first tools/call
       (run_shell_command "echo hi") to the answer, the pool refilled
       between them; prints first_p50_ms first_max_ms
-  sandbox_mcp_bench.py overhead URL MCP_BIN N ROUNDS
-      run_shell_command "echo hi" in one sandbox, ROUNDS turns of N/ROUNDS
-      calls through sandbox-mcp (JSON-RPC lines over its pipes) and
-      straight to sandboxd's /call_tool (one keep-alive connection), both
-      from this process so the client's own cost weighs on both alike;
-      prints mcp_p50_us direct_p50_us overhead_us (medians over the turns)
+  sandbox_mcp_bench.py overhead URL MCP_BIN N
+      run_shell_command "echo hi" in one sandbox, N calls through
+      sandbox-mcp (JSON-RPC lines over its pipes) and N straight to
+      sandboxd's /call_tool (one keep-alive connection), one of each in
+      turn, both from this process so the client's own cost weighs on both
+      alike; prints mcp_p50_us direct_p50_us and overhead_us, the median
+      of the pairs' differences (steadier under load than a difference
+      of medians)
   sandbox_mcp_bench.py http_first URL N
-  sandbox_mcp_bench.py http_overhead URL N ROUNDS
+  sandbox_mcp_bench.py http_overhead URL N
       the same through sandboxd's own /mcp (streamable HTTP, one
       keep-alive connection, a new MCP session each time for http_first)
 
@@ -68,38 +70,41 @@ def first(url, mcp_bin, n):
           f"first_max_ms={max(times):.1f}")
 
 
-def overhead(url, mcp_bin, n, rounds):
-    p = start(url, mcp_bin)
-    call(p, 0)
+def compare(url, via_call, prefix, n):
+    """n calls through via_call and as many straight to /call_tool on the
+    session's sandbox (its sandboxd session starts with prefix), one of
+    each in turn so that drift in the machine's load weighs on both
+    alike; the overhead is the median of the pairs' differences."""
     keys = post(url, "/list_session_keys", {})["data"]
     [name] = [post(url, "/get_session_mapping", {"session_ctx_id": k})
-              ["data"][0] for k in keys if k.startswith("sandbox-mcp-")]
+              ["data"][0] for k in keys if k.startswith(prefix)]
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
     body = json.dumps({"identity": name, "tool_name": CALL["name"],
                        "arguments": CALL["arguments"]})
-    via, direct = [], []
-    per = max(1, n // rounds)
-    for r in range(rounds):
-        t_mcp, t_direct = [], []
-        for i in range(per):
-            t = time.perf_counter()
-            call(p, r * per + i + 1)
-            t_mcp.append(time.perf_counter() - t)
-        for i in range(per):
-            t = time.perf_counter()
-            conn.request("POST", "/call_tool", body,
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            t_direct.append(time.perf_counter() - t)
-            if resp.status != 200:
-                sys.exit(f"/call_tool: {resp.status} {data[:200]}")
-        via.append(statistics.median(t_mcp) * 1e6)
-        direct.append(statistics.median(t_direct) * 1e6)
+    t_via, t_direct = [], []
+    for i in range(n):
+        t = time.perf_counter()
+        via_call(i + 1)
+        t_via.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        conn.request("POST", "/call_tool", body,
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        t_direct.append(time.perf_counter() - t)
+        if resp.status != 200:
+            sys.exit(f"/call_tool: {resp.status} {data[:200]}")
+    m, d = statistics.median(t_via) * 1e6, statistics.median(t_direct) * 1e6
+    diff = statistics.median(a - b for a, b in zip(t_via, t_direct)) * 1e6
+    print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={diff:.0f}")
+
+
+def overhead(url, mcp_bin, n):
+    p = start(url, mcp_bin)
+    call(p, 0)
+    compare(url, lambda i: call(p, i), "sandbox-mcp-", n)
     end(p)
-    m, d = statistics.median(via), statistics.median(direct)
-    print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={m - d:.0f}")
 
 
 class HttpSession:
@@ -160,38 +165,11 @@ def http_first(url, n):
           f"first_max_ms={max(times):.1f}")
 
 
-def http_overhead(url, n, rounds):
+def http_overhead(url, n):
     s = HttpSession(url)
     s.call(0)
-    keys = post(url, "/list_session_keys", {})["data"]
-    [name] = [post(url, "/get_session_mapping", {"session_ctx_id": k})
-              ["data"][0] for k in keys if k.startswith("mcp-")]
-    u = urlparse(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    body = json.dumps({"identity": name, "tool_name": CALL["name"],
-                       "arguments": CALL["arguments"]})
-    via, direct = [], []
-    per = max(1, n // rounds)
-    for r in range(rounds):
-        t_mcp, t_direct = [], []
-        for i in range(per):
-            t = time.perf_counter()
-            s.call(r * per + i + 1)
-            t_mcp.append(time.perf_counter() - t)
-        for i in range(per):
-            t = time.perf_counter()
-            conn.request("POST", "/call_tool", body,
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            t_direct.append(time.perf_counter() - t)
-            if resp.status != 200:
-                sys.exit(f"/call_tool: {resp.status} {data[:200]}")
-        via.append(statistics.median(t_mcp) * 1e6)
-        direct.append(statistics.median(t_direct) * 1e6)
+    compare(url, s.call, "mcp-", n)
     s.end()
-    m, d = statistics.median(via), statistics.median(direct)
-    print(f"mcp_p50_us={m:.0f} direct_p50_us={d:.0f} overhead_us={m - d:.0f}")
 
 
 if __name__ == "__main__":
@@ -200,10 +178,10 @@ if __name__ == "__main__":
     if cmd == "http_first":
         http_first(url, int(sys.argv[3]))
     elif cmd == "http_overhead":
-        http_overhead(url, int(sys.argv[3]), int(sys.argv[4]))
+        http_overhead(url, int(sys.argv[3]))
     elif cmd == "first":
         first(url, mcp_bin, int(sys.argv[4]))
     elif cmd == "overhead":
-        overhead(url, mcp_bin, int(sys.argv[4]), int(sys.argv[5]))
+        overhead(url, mcp_bin, int(sys.argv[4]))
     else:
         sys.exit(__doc__)
