@@ -12,8 +12,8 @@ import time
 
 import requests
 
-from sandboxd_fixtures import (base_tag, minimal_tag,  # noqa: F401
-                               start_sandboxd, wait_until)
+from sandboxd_fixtures import (base_tag, filesystem_tag,  # noqa: F401
+                               minimal_tag, start_sandboxd, wait_until)
 
 NODE = "/usr/bin/node"
 CLIENT = os.path.join(os.path.dirname(__file__), "sandboxd_mcp_client.mjs")
@@ -48,10 +48,11 @@ def post(s, body, session=None, token="tok", raw=False, **kw):
                          timeout=120, **kw)
 
 
-def initialize(s, query=""):
+def initialize(s, query="", headers=None):
     r = requests.post(
         s.url + "/mcp" + query, timeout=120,
-        headers={"Accept": ACCEPT, "Authorization": "Bearer tok"},
+        headers={"Accept": ACCEPT, "Authorization": "Bearer tok",
+                 **(headers or {})},
         json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
               "params": {"protocolVersion": "2025-03-26", "capabilities": {},
                          "clientInfo": {"name": "t", "version": "1"}}})
@@ -106,6 +107,31 @@ def test_ipython_state_per_session(start_sandboxd, base_tag):
     _, other, _ = run_client(url, "tok", steps)
     assert other["result"]["isError"] is True
     assert "NameError" in texts(other["result"])[1]
+    assert not s.containers()
+
+
+def test_filesystem_type(start_sandboxd, filesystem_tag):
+    """X-Sandbox-Type picks the filesystem type: its MCP tools under the
+    SDK's names write and read a file."""
+    s = start_sandboxd(tag=filesystem_tag, token="tok")
+    sid, init = initialize(s, headers={"X-Sandbox-Type": "filesystem"})
+    assert "'filesystem'" in init["result"]["instructions"]
+    listed = post(s, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                  session=sid).json()["result"]
+    names = {t["name"] for t in listed["tools"]}
+    assert {"read_file", "write_file", "edit_file", "list_directory",
+            "directory_tree", "search_files", "run_shell_command"} <= names
+    steps = [("write_file", {"path": "/workspace/a.md", "content": "a\n"}),
+             ("read_file", {"path": "/workspace/a.md"})]
+    results = [post(s, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": n, "arguments": a}},
+                    session=sid).json()["result"]
+               for i, (n, a) in enumerate(steps, 2)]
+    assert results[0]["isError"] is False, results
+    assert texts(results[1]) == ["a\n"], results
+    requests.delete(s.url + "/mcp", timeout=120,
+                    headers={"Authorization": "Bearer tok",
+                             "Mcp-Session-Id": sid})
     assert not s.containers()
 
 
