@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "json_util.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -42,27 +43,6 @@ refusal(const char *fmt, ...)
 		fatal("out of memory");
 	va_end(ap);
 	return text;
-}
-
-static const char *
-received(json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_STRING:
-		return "string";
-	case JSON_INTEGER:
-	case JSON_REAL:
-		return "number";
-	case JSON_TRUE:
-	case JSON_FALSE:
-		return "boolean";
-	case JSON_NULL:
-		return "null";
-	case JSON_ARRAY:
-		return "array";
-	default:
-		return "object";
-	}
 }
 
 /* One line per zod issue, as the MCP SDK joins them. */
@@ -112,13 +92,13 @@ check_coordinate(json_t *v, struct computer_call *c, char **msg)
 		return;
 	if (!json_is_array(v)) {
 		issue(msg, "Invalid input: expected array, received %s at "
-		    "coordinate", received(v));
+		    "coordinate", json_zod_type(v));
 		return;
 	}
 	json_array_foreach(v, i, n) {
 		if (!json_is_number(n)) {
 			issue(msg, "Invalid input: expected number, received %s "
-			    "at coordinate[%zu]", received(n), i);
+			    "at coordinate[%zu]", json_zod_type(n), i);
 			bad = 1;
 		}
 	}
@@ -153,7 +133,7 @@ computer_args_check(json_t *args, struct computer_call *c)
 
 	if (!json_is_object(args)) {
 		issue(&msg, "Invalid input: expected object, received %s",
-		    received(args));
+		    json_zod_type(args));
 		return msg;
 	}
 	check_action(json_object_get(args, "action"), c, &msg);
@@ -162,7 +142,7 @@ computer_args_check(json_t *args, struct computer_call *c)
 	if (text != NULL && !json_is_null(text)) {
 		if (!json_is_string(text)) {
 			issue(&msg, "Invalid input: expected string, received %s "
-			    "at text", received(text));
+			    "at text", json_zod_type(text));
 		} else {
 			c->text = json_string_value(text);
 			c->text_len = json_string_length(text);

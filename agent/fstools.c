@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "json_util.h"
 #include "toolset.h"
 #include "xmalloc.h"
 
@@ -21,35 +22,13 @@ struct field {
 	size_t min_items;
 };
 
-/* zod's name for the type of a JSON value. */
-static const char *
-received(json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_STRING:
-		return "string";
-	case JSON_INTEGER:
-	case JSON_REAL:
-		return "number";
-	case JSON_TRUE:
-	case JSON_FALSE:
-		return "boolean";
-	case JSON_NULL:
-		return "null";
-	case JSON_ARRAY:
-		return "array";
-	default:
-		return "object";
-	}
-}
-
 static void
 issue(struct fs_buf *b, const char *expected, json_t *v, const char *at)
 {
 	if (b->len > 0)
 		fs_buf_str(b, "\n");
 	fs_buf_printf(b, "Invalid input: expected %s, received %s", expected,
-	    v != NULL ? received(v) : "undefined");
+	    v != NULL ? json_zod_type(v) : "undefined");
 	if (at != NULL)
 		fs_buf_printf(b, " at %s", at);
 }

@@ -130,3 +130,24 @@ json_escape_append(struct evbuffer *out, const char *s, size_t len)
 	}
 	evbuffer_add(out, s + run, len - run);
 }
+
+const char *
+json_zod_type(json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		return "string";
+	case JSON_INTEGER:
+	case JSON_REAL:
+		return "number";
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return "boolean";
+	case JSON_NULL:
+		return "null";
+	case JSON_ARRAY:
+		return "array";
+	default:
+		return "object";
+	}
+}

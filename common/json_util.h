@@ -20,6 +20,10 @@ int json_get_object(json_t *obj, const char *key, int required, json_t **out,
 int json_get_array(json_t *obj, const char *key, int required, json_t **out,
     struct error *err);
 
+/* zod's name for the type of a JSON value ("string", "number", ...), as
+ * the MCP SDK's argument errors say what they received. */
+const char *json_zod_type(json_t *v);
+
 struct evbuffer;
 
 /* Append s (valid UTF-8) as the inside of a JSON string literal, escaped as
