@@ -31,25 +31,6 @@ static const char page_policy[] = "default-src 'self'; "
     "script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'";
 
-/* The value of cookie name in a Cookie header, copied; NULL if absent. */
-static char *
-cookie_value(const char *header, const char *name)
-{
-	size_t nlen = strlen(name);
-
-	while (header != NULL && *header != '\0') {
-		size_t len;
-
-		header += strspn(header, " \t;");
-		len = strcspn(header, ";");
-		if (len > nlen && strncmp(header, name, nlen) == 0 &&
-		    header[nlen] == '=')
-			return xstrndup(header + nlen + 1, len - nlen - 1);
-		header += len;
-	}
-	return NULL;
-}
-
 int
 desktop_web_authorize(struct agent *agent, struct http_request *req,
     int cookie)
@@ -71,7 +52,7 @@ desktop_web_authorize(struct agent *agent, struct http_request *req,
 		offered = 1;
 		ok = http_token_equal(password, agent->token);
 	}
-	if (!ok && cookie && (from_cookie = cookie_value(http_request_header(
+	if (!ok && cookie && (from_cookie = http_cookie_value(http_request_header(
 	    req, "Cookie"), DESKTOP_WEB_COOKIE)) != NULL) {
 		offered = 1;
 		ok = http_token_equal(from_cookie, agent->token);

@@ -217,6 +217,9 @@ void http_reply_abort(struct http_request *req);
 const char *http_status_reason(int status);
 /* Constant-time comparison of a presented token against the expected one. */
 int http_token_equal(const char *presented, const char *expected);
+/* The value of cookie name in a Cookie header (may be NULL), copied;
+ * NULL if absent. */
+char *http_cookie_value(const char *header, const char *name);
 /* Percent-decode; -1 on a bad escape or a decoded NUL. plus_space maps '+'. */
 int http_percent_decode(const char *in, size_t len, int plus_space, char **out);
 

@@ -1,4 +1,5 @@
-/* Small pure helpers of the HTTP layer: routing, decoding, token checks. */
+/* Small pure helpers of the HTTP layer: routing, decoding, token and
+ * cookie checks. */
 #include "http.h"
 
 #include <http_parser.h>
@@ -76,6 +77,24 @@ http_token_equal(const char *presented, const char *expected)
 		diff |= (unsigned char)(p ^ (unsigned char)expected[i]);
 	}
 	return diff == 0;
+}
+
+char *
+http_cookie_value(const char *header, const char *name)
+{
+	size_t nlen = strlen(name);
+
+	while (header != NULL && *header != '\0') {
+		size_t len;
+
+		header += strspn(header, " \t;");
+		len = strcspn(header, ";");
+		if (len > nlen && strncmp(header, name, nlen) == 0 &&
+		    header[nlen] == '=')
+			return xstrndup(header + nlen + 1, len - nlen - 1);
+		header += len;
+	}
+	return NULL;
 }
 
 static int

@@ -26,25 +26,6 @@
 /* The agent's cookie for the page's files (agent/desktop_web.h). */
 #define DESKTOP_COOKIE "sandbox_vnc"
 
-/* The value of cookie name in a Cookie header, copied; NULL if absent. */
-static char *
-cookie_value(const char *header, const char *name)
-{
-	size_t nlen = strlen(name);
-
-	while (header != NULL && *header != '\0') {
-		size_t len;
-
-		header += strspn(header, " \t;");
-		len = strcspn(header, ";");
-		if (len > nlen && strncmp(header, name, nlen) == 0 &&
-		    header[nlen] == '=')
-			return xstrndup(header + nlen + 1, len - nlen - 1);
-		header += len;
-	}
-	return NULL;
-}
-
 static int
 authorized(struct http_request *req, const struct sandbox *sb, int cookie)
 {
@@ -66,7 +47,7 @@ authorized(struct http_request *req, const struct sandbox *sb, int cookie)
 		return 0;
 	if (password != NULL && http_token_equal(password, sb->token))
 		return 1;
-	if (cookie && (c = cookie_value(http_request_header(req, "Cookie"),
+	if (cookie && (c = http_cookie_value(http_request_header(req, "Cookie"),
 	    DESKTOP_COOKIE)) != NULL) {
 		ok = http_token_equal(c, sb->token);
 		free(c);

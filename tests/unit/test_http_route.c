@@ -260,6 +260,28 @@ test_token_equal(void **state)
 	assert_true(http_token_equal("", ""));
 }
 
+static void
+test_cookie_value(void **state)
+{
+	char *v;
+
+	(void)state;
+	v = http_cookie_value("a=1; sandbox_vnc=tok; b=2", "sandbox_vnc");
+	assert_string_equal(v, "tok");
+	free(v);
+	v = http_cookie_value("sandbox_vnc=", "sandbox_vnc");
+	assert_string_equal(v, "");	/* matches no token */
+	free(v);
+	/* A name that only starts like the one asked for is another. */
+	assert_null(http_cookie_value("sandbox_vnc2=x; xsandbox_vnc=y",
+	    "sandbox_vnc"));
+	v = http_cookie_value(" \t;;sandbox_vnc=a=b ;", "sandbox_vnc");
+	assert_string_equal(v, "a=b ");
+	free(v);
+	assert_null(http_cookie_value(NULL, "sandbox_vnc"));
+	assert_null(http_cookie_value("", "sandbox_vnc"));
+}
+
 int
 main(void)
 {
@@ -277,6 +299,7 @@ main(void)
 		cmocka_unit_test(test_percent_decode_bad_escapes),
 		cmocka_unit_test(test_percent_decode_refuses_nul),
 		cmocka_unit_test(test_percent_decode_length_bound),
+		cmocka_unit_test(test_cookie_value),
 		cmocka_unit_test(test_token_equal),
 	};
 
