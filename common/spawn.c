@@ -43,6 +43,10 @@ struct spawn {
 	int timed_out;
 	int done;		/* on_exit has been called */
 	int paused;
+	int ready;		/* executed its program (async: once seen) */
+	int report_fd;		/* async: the child side's reports, till exec */
+	struct event *report_ev;
+	int report_err;
 	struct spawn_stream out[3];	/* [1] stdout, [2] stderr; [0] unused */
 	int pipe_fd[3];		/* SPAWN_PIPE ends for the caller */
 	struct event *timer;
@@ -265,6 +269,33 @@ read_reports(int fd, pid_t *cmd)
 	}
 }
 
+/* An async spawn's reports as they come; end of file: it executed (or
+ * failed, and then exits with 127, which the reaper reports). */
+static void
+report_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct spawn *sp = arg;
+	struct spawn_msg msg;
+	ssize_t n;
+
+	(void)what;
+	while ((n = read(fd, &msg, sizeof msg)) == (ssize_t)sizeof msg) {
+		if (msg.kind == SPAWN_MSG_PID)
+			sp->cmd = (pid_t)msg.value;
+		else
+			sp->report_err = msg.value;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	event_free(sp->report_ev);
+	sp->report_ev = NULL;
+	close(sp->report_fd);
+	sp->report_fd = -1;
+	/* A keeper that died before it told the pid reports nothing. */
+	if (sp->report_err == 0 && sp->cmd > 0)
+		sp->ready = 1;
+}
+
 static int
 make_pipe(int p[2], struct error *err)
 {
@@ -339,9 +370,14 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->new_group)
 		setpgid(pid, pid);
 	cmd = pid;
-	e = read_reports(errpipe[0], &cmd);
-	close(errpipe[0]);
-	errpipe[0] = -1;
+	e = 0;
+	if (o->async) {
+		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
+	} else {
+		e = read_reports(errpipe[0], &cmd);
+		close(errpipe[0]);
+		errpipe[0] = -1;
+	}
 	for (int i = 0; i < 3; i++) {
 		if (o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE)
 			close(child_fd[i]);
@@ -365,6 +401,15 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	sp->pid = pid;
 	sp->cmd = cmd;
 	sp->group = o->new_group;
+	sp->ready = !o->async;
+	sp->report_fd = -1;
+	if (o->async) {
+		sp->report_fd = errpipe[0];
+		fcntl(sp->report_fd, F_SETFL, O_NONBLOCK);
+		sp->report_ev = event_new(base, sp->report_fd,
+		    EV_READ | EV_PERSIST, report_cb, sp);
+		event_add(sp->report_ev, NULL);
+	}
 	if (cb != NULL)
 		sp->cb = *cb;
 	sp->arg = arg;
@@ -431,6 +476,43 @@ fail:
 	return -1;
 }
 
+int
+spawn_ready(struct spawn *sp)
+{
+	return sp->ready;
+}
+
+void
+spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
+    const size_t capture_cap[3], double timeout)
+{
+	sp->cb = *cb;
+	sp->arg = arg;
+	for (int i = 1; i < 3; i++) {
+		sp->out[i].cap = capture_cap[i];
+		sp->out[i].kept = sp->out[i].dropped = 0;
+	}
+	if (timeout > 0) {
+		struct timeval tv;
+
+		tv.tv_sec = (time_t)timeout;
+		tv.tv_usec = (suseconds_t)((timeout - (double)tv.tv_sec) * 1e6);
+		if (sp->timer == NULL)
+			sp->timer = evtimer_new(sp->base, timeout_cb, sp);
+		evtimer_add(sp->timer, &tv);
+	}
+}
+
+uint64_t
+spawn_captured(struct spawn *sp)
+{
+	uint64_t n = 0;
+
+	for (int i = 1; i < 3; i++)
+		n += sp->out[i].kept + sp->out[i].dropped;
+	return n;
+}
+
 pid_t
 spawn_pid(struct spawn *sp)
 {
@@ -458,8 +540,13 @@ spawn_kill(struct spawn *sp, int sig)
 	 * so that it knows when it reaps the command (spawn_child.c). */
 	if (sig == SIGKILL && !sp->exited)
 		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
-	/* The group outlives its leader while background jobs run. */
-	kill(-sp->cmd, sig);
+	/* The group outlives its leader while background jobs run. Not yet
+	 * known (async): the keeper alone can reach it, as above; never
+	 * kill(-0), our own group. */
+	if (sp->cmd > 0)
+		kill(-sp->cmd, sig);
+	else if (sig != SIGKILL && !sp->exited)
+		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
 }
 
 int
@@ -535,6 +622,10 @@ spawn_free(struct spawn *sp)
 		event_free(sp->timer);
 	if (sp->grace != NULL)
 		event_free(sp->grace);
+	if (sp->report_ev != NULL)
+		event_free(sp->report_ev);
+	if (sp->report_fd >= 0)
+		close(sp->report_fd);
 	free(sp);
 }
 

@@ -100,11 +100,11 @@ drop_ptrace_cap(void)
 
 /* Mark every descriptor from first on close-on-exec (or close it). */
 static void
-close_from(int first, int keep)
+close_from(int first, int keep, int keep2)
 {
 	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
 		for (int fd = first; fd < 1024; fd++)
-			if (fd != keep)
+			if (fd != keep && fd != keep2)
 				close(fd);
 	}
 }
@@ -139,14 +139,17 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
-	close_from(3 + (int)o->npass_fds, errfd);
+	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? o->exec_fd : -1);
 	if (o->seccomp != NULL) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
 		    o->seccomp) < 0)
 			goto fail;
 	}
-	if (o->envp != NULL)
+	if (o->use_exec_fd)
+		syscall(SYS_execveat, o->exec_fd, "", o->argv, o->envp != NULL ?
+		    o->envp : (const char *const *)environ, AT_EMPTY_PATH);
+	else if (o->envp != NULL)
 		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
 	else
 		execv(o->argv[0], (char *const *)o->argv);
