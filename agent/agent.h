@@ -108,7 +108,7 @@ void shell_route_run(struct http_request *req, void *arg);
 struct spawn_callbacks;
 void shell_spares_init(struct agent *agent);
 struct spawn *shell_spare_take(const char *command, size_t len,
-    const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
+    int too_long_for_argv, const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
     double timeout);
 void shell_spares_stop(void);
 void shell_exec_options(const struct agent *agent, struct spawn_options *opts);

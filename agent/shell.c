@@ -290,9 +290,11 @@ shell_route_run(struct http_request *req, void *arg)
 		cb.on_output = stream_output;
 		cb.on_exit = stream_exit;
 	}
-	run->sp = shell_spare_take(command, strlen(command), &cb, run, cap,
-	    timeout);
+	run->sp = shell_spare_take(command, strlen(command),
+	    strlen(command) > SHELL_ARGV_MAX, &cb, run, cap, timeout);
 	if (run->sp != NULL) {
+		log_debug("command %d runs in a spare shell",
+		    (int)spawn_pid(run->sp));
 		json_decref(body);
 		body = NULL;
 		goto started;
@@ -332,6 +334,8 @@ shell_route_run(struct http_request *req, void *arg)
 		error_prefix(&err, "cannot start the command");
 		goto fail;
 	}
+	log_debug("command %d runs in a shell started for it",
+	    (int)spawn_pid(run->sp));
 started:
 	http_request_on_close(req, client_gone, run);
 	if (stream) {

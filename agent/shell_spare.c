@@ -10,9 +10,15 @@
  * the command. eval parses and runs the text one command at a time like
  * -c, with the same $0, $?, exit, set -e, traps, LINENO and background
  * jobs; BASH_EXECUTION_STRING is the command, as under -c, and nothing
- * else of the script is left (REPLY is unset, IFS untouched). What
- * differs from bash -c: a syntax error says "eval:" where -c says "-c:".
- * Each spare serves one command and is replaced in the background.
+ * else of the script is left (REPLY is unset, IFS untouched). Only its
+ * syntax errors would differ ("eval:" where -c says "-c:"), so the text
+ * is first parsed, not run, as the body of a function: if that fails the
+ * spare executes bash -c with it, the very thing it stands for (a text
+ * that fails only there, as one that shopt -s extglob on an earlier line
+ * makes valid, is still run right). A command too long for argv (the go
+ * byte is "l", not "x") is run by eval alone, as shell.c runs it without
+ * a spare, messages saying "eval:". Each spare serves one command and is
+ * replaced in the background.
  *
  * A spare is used only if it is ready (its bash executed), has written
  * nothing and still runs, and the workspace is the directory it was
@@ -46,9 +52,14 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
+/* $'\n}', not a newline: the script stays on line 1, as the command's
+ * LINENO must count from there. */
 #define SPARE_SCRIPT "read -rN1 -u3 REPLY||exit 0;" \
-	"IFS= read -rd '' -u4 BASH_EXECUTION_STRING;unset REPLY;" \
-	"exec 3<&- 4<&-;eval \"$BASH_EXECUTION_STRING\""
+	"IFS= read -rd '' -u4 BASH_EXECUTION_STRING;exec 3<&- 4<&-;" \
+	"[ \"$REPLY\" = l ]||" \
+	"eval \"__sbx_parse(){ $BASH_EXECUTION_STRING\"$'\\n}' 2>/dev/null||" \
+	"exec /bin/bash -c \"$BASH_EXECUTION_STRING\";" \
+	"unset -f __sbx_parse;unset REPLY;eval \"$BASH_EXECUTION_STRING\""
 #define SPARE_MAX 8
 /* After a spare died unused, wait before the next: a shell that cannot
  * start must not make us fork in a loop. */
@@ -272,7 +283,7 @@ shell_spares_init(struct agent *agent)
 }
 
 struct spawn *
-shell_spare_take(const char *command, size_t len,
+shell_spare_take(const char *command, size_t len, int too_long_for_argv,
     const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
     double timeout)
 {
@@ -296,7 +307,7 @@ shell_spare_take(const char *command, size_t len,
 			continue;
 		taken = spare_remove(i);
 		if (pwrite(taken.script, command, len, 0) != (ssize_t)len ||
-		    write(taken.go, "x", 1) != 1) {
+		    write(taken.go, too_long_for_argv ? "l" : "x", 1) != 1) {
 			spare_close(&taken);
 			i--;
 			continue;

@@ -247,6 +247,21 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	spawn_kill(sp, SIGKILL);
 }
 
+/* Kill the tree after seconds (0: never). */
+static void
+arm_timeout(struct spawn *sp, double seconds)
+{
+	struct timeval tv;
+
+	if (!(seconds > 0))
+		return;
+	tv.tv_sec = (time_t)seconds;
+	tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+	if (sp->timer == NULL)
+		sp->timer = evtimer_new(sp->base, timeout_cb, sp);
+	evtimer_add(sp->timer, &tv);
+}
+
 /* The child side's reports, read until exec closes the pipe: the
  * command's pid (from a keeper) into *cmd; the errno if it failed, else 0. */
 static int
@@ -432,14 +447,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 			close(parent_fd[i]);	/* capture of stdin: nothing */
 		}
 	}
-	if (o->timeout > 0) {
-		struct timeval tv;
-
-		tv.tv_sec = (time_t)o->timeout;
-		tv.tv_usec = (suseconds_t)((o->timeout - (double)tv.tv_sec) * 1e6);
-		sp->timer = evtimer_new(base, timeout_cb, sp);
-		evtimer_add(sp->timer, &tv);
-	}
+	arm_timeout(sp, o->timeout);
 	LIST_INSERT_HEAD(&spawn_children, sp, entry);
 	return sp;
 fail:
@@ -492,15 +500,7 @@ spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
 		sp->out[i].cap = capture_cap[i];
 		sp->out[i].kept = sp->out[i].dropped = 0;
 	}
-	if (timeout > 0) {
-		struct timeval tv;
-
-		tv.tv_sec = (time_t)timeout;
-		tv.tv_usec = (suseconds_t)((timeout - (double)tv.tv_sec) * 1e6);
-		if (sp->timer == NULL)
-			sp->timer = evtimer_new(sp->base, timeout_cb, sp);
-		evtimer_add(sp->timer, &tv);
-	}
+	arm_timeout(sp, timeout);
 }
 
 uint64_t
