@@ -265,14 +265,17 @@ def test_a_background_job_cannot_reach_the_next_spare(start_agent,
                                                       tmp_workspace):
     if os.geteuid() != 0:
         pytest.fail("this test needs root, as the agent in a container has")
+    os.chmod(os.path.dirname(tmp_workspace), 0o711)     # mkdtemp's 0700
     os.chmod(tmp_workspace, 0o777)
     snoop_log = os.path.join(tmp_workspace, "snoop.log")
     script = os.path.join(tmp_workspace, "snoop.py")
     with open(script, "w") as f:
         f.write(SNOOPER)
     a = spare_agent(start_agent, "--run-as", "65534:65534")
-    in_spare(a, f"{SYSTEM_PYTHON} {script} {snoop_log} "
-                ">/dev/null 2>&1 </dev/null & echo started")
+    # A sleep of the user's beside it: what the job can reach, to show
+    # that it looks.
+    in_spare(a, f"sleep 7.123 >/dev/null 2>&1 & {SYSTEM_PYTHON} {script} "
+                f"{snoop_log} >/dev/null 2>&1 </dev/null & echo started")
     time.sleep(0.5)     # it has looked at the spares a few times over
     # Builtins only: the call's processes are its bash alone, which the
     # job must not reach either, idle or running.
@@ -282,5 +285,6 @@ def test_a_background_job_cannot_reach_the_next_spare(start_agent,
         assert texts == {"stdout": f"clean {i}\n", "returncode": "0"}
     time.sleep(3)
     opened = open(snoop_log).read() if os.path.exists(snoop_log) else ""
+    assert " sleep\n" in opened, opened
     assert [l for l in opened.splitlines()
             if l.split()[3] in ("bash", "sandbox-agent")] == [], opened
