@@ -323,6 +323,11 @@ shell_route_run(struct http_request *req, void *arg)
 	opts.timeout = timeout;
 	opts.capture_cap[1] = cap[1];
 	opts.capture_cap[2] = cap[2];
+	/* Not waiting here for the exec: a burst of calls beyond the spares
+	 * then forks one after another while their shells start side by
+	 * side. The shell was found at start; were it gone, the answer is
+	 * 127, as from bash -c. A stream's first event needs the pid. */
+	opts.async = !stream;
 	shell_exec_options(agent, &opts);
 	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
 	if (script >= 0)
@@ -334,8 +339,7 @@ shell_route_run(struct http_request *req, void *arg)
 		error_prefix(&err, "cannot start the command");
 		goto fail;
 	}
-	log_debug("command %d runs in a shell started for it",
-	    (int)spawn_pid(run->sp));
+	log_debug("command runs in a shell started for it");
 started:
 	http_request_on_close(req, client_gone, run);
 	if (stream) {
