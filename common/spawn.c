@@ -44,7 +44,7 @@ struct spawn {
 	int done;		/* on_exit has been called */
 	int paused;
 	int ready;		/* executed its program (async: once seen) */
-	int report_fd;		/* async: the child side's reports, till exec */
+	int report_fd;		/* reports still to come (a keeper's, to the end) */
 	struct event *report_ev;
 	int report_err;
 	struct spawn_stream out[3];	/* [1] stdout, [2] stderr; [0] unused */
@@ -79,6 +79,8 @@ sigchld_cb(evutil_socket_t sig, short what, void *arg)
 		}
 		if (sp == NULL)
 			continue;	/* an orphan we inherited as PID 1 */
+		if (sp->exited)
+			continue;	/* its keeper, which told the status */
 		sp->exited = 1;
 		sp->status = status;
 		if (sp->timer != NULL)
@@ -262,8 +264,9 @@ arm_timeout(struct spawn *sp, double seconds)
 	evtimer_add(sp->timer, &tv);
 }
 
-/* The child side's reports, read until exec closes the pipe: the
- * command's pid (from a keeper) into *cmd; the errno if it failed, else 0. */
+/* The child side's reports, read until exec closes the pipe, or (a
+ * keeper's) until the command's pid, which comes after any errno: the pid
+ * into *cmd; the errno if it failed, else 0. */
 static int
 read_reports(int fd, pid_t *cmd)
 {
@@ -277,38 +280,52 @@ read_reports(int fd, pid_t *cmd)
 			continue;
 		if (n != (ssize_t)sizeof msg)
 			return e;
-		if (msg.kind == SPAWN_MSG_PID)
+		if (msg.kind == SPAWN_MSG_PID) {
 			*cmd = (pid_t)msg.value;
-		else
-			e = msg.value;
+			return e;
+		}
+		e = msg.value;
 	}
 }
 
-/* An async spawn's reports as they come; end of file: it executed (or
- * failed, and then exits with 127, which the reaper reports). */
+/* A keeper's reports as they come: the pid (an async spawn is then
+ * ready, unless an errno came first), and the command's status, which
+ * is its exit. End of file without it: the keeper died (killed, or it
+ * could not start the command), which the reaper reports. */
 static void
 report_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct spawn *sp = arg;
 	struct spawn_msg msg;
 	ssize_t n;
+	int status = 0, ended = 0;
 
 	(void)what;
-	while ((n = read(fd, &msg, sizeof msg)) == (ssize_t)sizeof msg) {
-		if (msg.kind == SPAWN_MSG_PID)
+	while (!ended && (n = read(fd, &msg, sizeof msg)) ==
+	    (ssize_t)sizeof msg) {
+		if (msg.kind == SPAWN_MSG_PID) {
 			sp->cmd = (pid_t)msg.value;
-		else
+			sp->ready = sp->report_err == 0;
+		} else if (msg.kind == SPAWN_MSG_STATUS) {
+			status = msg.value;
+			ended = 1;
+		} else {
 			sp->report_err = msg.value;
+		}
 	}
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+	if (!ended && n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	event_free(sp->report_ev);
 	sp->report_ev = NULL;
 	close(sp->report_fd);
 	sp->report_fd = -1;
-	/* A keeper that died before it told the pid reports nothing. */
-	if (sp->report_err == 0 && sp->cmd > 0)
-		sp->ready = 1;
+	if (ended && !sp->exited) {
+		sp->exited = 1;
+		sp->status = status;
+		if (sp->timer != NULL)
+			event_del(sp->timer);
+		spawn_check_done(sp);	/* may free sp: nothing after */
+	}
 }
 
 static int
@@ -386,10 +403,12 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		setpgid(pid, pid);
 	cmd = pid;
 	e = 0;
-	if (o->async) {
+	if (o->async)
 		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
-	} else {
+	else
 		e = read_reports(errpipe[0], &cmd);
+	/* A keeper's pipe stays open for what it tells later. */
+	if (e != 0 || !o->new_group) {
 		close(errpipe[0]);
 		errpipe[0] = -1;
 	}
@@ -418,8 +437,9 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	sp->group = o->new_group;
 	sp->ready = !o->async;
 	sp->report_fd = -1;
-	if (o->async) {
+	if (errpipe[0] >= 0) {
 		sp->report_fd = errpipe[0];
+		errpipe[0] = -1;
 		fcntl(sp->report_fd, F_SETFL, O_NONBLOCK);
 		sp->report_ev = event_new(base, sp->report_fd,
 		    EV_READ | EV_PERSIST, report_cb, sp);
