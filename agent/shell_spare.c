@@ -18,7 +18,8 @@
  * makes valid, is still run right). A command too long for argv (the go
  * byte is "l", not "x") is run by eval alone, as shell.c runs it without
  * a spare, messages saying "eval:". Each spare serves one command and is
- * replaced in the background.
+ * replaced in the background: 5 ms later, off the path of the call that
+ * took it, or at once when it was the last one (calls come fast).
  *
  * A spare is used only if it is ready (its bash executed), has written
  * nothing and still runs, and the workspace is the directory it was
@@ -315,7 +316,11 @@ shell_spare_take(const char *command, size_t len, int too_long_for_argv,
 		close(taken.go);
 		close(taken.script);
 		spawn_adopt(taken.sp, cb, arg, cap, timeout);
-		refill_later();
+		/* The last one: calls come fast, the next must not miss. */
+		if (pool.n == 0)
+			spare_refill();
+		else
+			refill_later();
 		return taken.sp;
 	}
 	spare_refill();
