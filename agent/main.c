@@ -78,6 +78,10 @@ static const struct config_option options[] = {
 	    "Python interpreter of the IPython kernel (default python3)" },
 	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
 	    "start the IPython kernel at start, not on first use" },
+	{ "--shell-spares", "AGENT_SHELL_SPARES", CONFIG_INT,
+	    &agent.cfg.shell_spares, "N", "bash shells kept started, each "
+	    "waiting for one command, so that a command need not wait for "
+	    "one to start (default 2, at most 8; 0: none)" },
 	{ "--log-level", "AGENT_LOG_LEVEL", CONFIG_STRING, &agent.cfg.log_level,
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
@@ -160,6 +164,7 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
 	desktop_shutdown(&agent);
+	shell_spares_stop();
 	spawn_kill_all(SIGTERM);
 	if (spawn_running() == 0) {
 		shutdown_finish();
@@ -333,6 +338,7 @@ setup(int argc, char **argv)
 	agent.cfg.output_cap = 16 * 1024 * 1024;
 	agent.cfg.max_body = 32 * 1024 * 1024;
 	agent.cfg.default_timeout = 300;
+	agent.cfg.shell_spares = 2;
 	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	agent.cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
@@ -373,6 +379,11 @@ setup(int argc, char **argv)
 	}
 	if (!(agent.cfg.default_timeout > 0)) {
 		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
+		return 2;
+	}
+	if (agent.cfg.shell_spares < 0) {
+		fprintf(stderr, "sandbox-agent: --shell-spares must be 0 or "
+		    "more\n");
 		return 2;
 	}
 	if (agent.cfg.max_connections < 0 || !(agent.cfg.header_timeout > 0) ||
@@ -447,6 +458,7 @@ setup(int argc, char **argv)
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
 		kernel_prewarm(&agent);
+	shell_spares_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;
@@ -499,6 +511,7 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
+	shell_spares_stop();
 	work_pool_free(agent.io_pool);
 	gitops_routes_shutdown();
 	toolset_shutdown();

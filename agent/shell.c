@@ -3,7 +3,8 @@
  *
  * The command runs under bash (else sh) -c in the workspace, stdin from
  * /dev/null, in its own process group under a keeper (spawn_child.c),
- * confined by the seccomp program. A command too long for argv comes to
+ * confined by the seccomp program: in a spare shell started ahead of it
+ * when one is ready (shell_spare.c), else in one started now. A command too long for argv comes to
  * the shell through its stdin (SHELL_FROM_STDIN).
  * Plain calls answer one MCP result when the command is done: stdout and
  * stderr capped, a note when output was cut or the command timed out.
@@ -249,6 +250,7 @@ shell_route_run(struct http_request *req, void *arg)
 	const char *command, *argv[4];
 	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
+	size_t cap[3] = { 0, 0, 0 };
 	struct shell_run *run;
 	struct error err = { 0 };
 	json_t *body;
@@ -281,6 +283,22 @@ shell_route_run(struct http_request *req, void *arg)
 	run->req = req;
 	run->timeout = timeout;
 	run->stream = stream;
+	if (!stream) {
+		cap[1] = cap[2] = agent->cfg.output_cap;
+		cb.on_exit = plain_exit;
+	} else {
+		cb.on_output = stream_output;
+		cb.on_exit = stream_exit;
+	}
+	run->sp = shell_spare_take(command, strlen(command),
+	    strlen(command) > SHELL_ARGV_MAX, &cb, run, cap, timeout);
+	if (run->sp != NULL) {
+		log_debug("command %d runs in a spare shell",
+		    (int)spawn_pid(run->sp));
+		json_decref(body);
+		body = NULL;
+		goto started;
+	}
 	argv[0] = agent->shell;
 	argv[1] = "-c";
 	argv[2] = command;
@@ -303,13 +321,14 @@ shell_route_run(struct http_request *req, void *arg)
 		opts.fd[0] = script;
 	}
 	opts.timeout = timeout;
-	if (!stream) {
-		opts.capture_cap[1] = opts.capture_cap[2] = agent->cfg.output_cap;
-		cb.on_exit = plain_exit;
-	} else {
-		cb.on_output = stream_output;
-		cb.on_exit = stream_exit;
-	}
+	opts.capture_cap[1] = cap[1];
+	opts.capture_cap[2] = cap[2];
+	/* Not waiting here for the exec: a burst of calls beyond the spares
+	 * then forks one after another while their shells start side by
+	 * side. The shell was found at start; were it gone, the answer is
+	 * 127, as from bash -c. A stream's first event needs the pid. */
+	opts.async = !stream;
+	shell_exec_options(agent, &opts);
 	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
 	if (script >= 0)
 		close(script);
@@ -320,6 +339,8 @@ shell_route_run(struct http_request *req, void *arg)
 		error_prefix(&err, "cannot start the command");
 		goto fail;
 	}
+	log_debug("command runs in a shell started for it");
+started:
 	http_request_on_close(req, client_gone, run);
 	if (stream) {
 		struct timeval tv = { SHELL_KEEPALIVE_SECONDS, 0 };

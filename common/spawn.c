@@ -43,6 +43,10 @@ struct spawn {
 	int timed_out;
 	int done;		/* on_exit has been called */
 	int paused;
+	int ready;		/* executed its program (async: once seen) */
+	int report_fd;		/* reports still to come (a keeper's, to the end) */
+	struct event *report_ev;
+	int report_err;
 	struct spawn_stream out[3];	/* [1] stdout, [2] stderr; [0] unused */
 	int pipe_fd[3];		/* SPAWN_PIPE ends for the caller */
 	struct event *timer;
@@ -75,6 +79,8 @@ sigchld_cb(evutil_socket_t sig, short what, void *arg)
 		}
 		if (sp == NULL)
 			continue;	/* an orphan we inherited as PID 1 */
+		if (sp->exited)
+			continue;	/* its keeper, which told the status */
 		sp->exited = 1;
 		sp->status = status;
 		if (sp->timer != NULL)
@@ -243,8 +249,24 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	spawn_kill(sp, SIGKILL);
 }
 
-/* The child side's reports, read until exec closes the pipe: the
- * command's pid (from a keeper) into *cmd; the errno if it failed, else 0. */
+/* Kill the tree after seconds (0: never). */
+static void
+arm_timeout(struct spawn *sp, double seconds)
+{
+	struct timeval tv;
+
+	if (!(seconds > 0))
+		return;
+	tv.tv_sec = (time_t)seconds;
+	tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+	if (sp->timer == NULL)
+		sp->timer = evtimer_new(sp->base, timeout_cb, sp);
+	evtimer_add(sp->timer, &tv);
+}
+
+/* The child side's reports, read until exec closes the pipe, or (a
+ * keeper's) until the command's pid, which comes after any errno: the pid
+ * into *cmd; the errno if it failed, else 0. */
 static int
 read_reports(int fd, pid_t *cmd)
 {
@@ -258,10 +280,51 @@ read_reports(int fd, pid_t *cmd)
 			continue;
 		if (n != (ssize_t)sizeof msg)
 			return e;
-		if (msg.kind == SPAWN_MSG_PID)
+		if (msg.kind == SPAWN_MSG_PID) {
 			*cmd = (pid_t)msg.value;
-		else
-			e = msg.value;
+			return e;
+		}
+		e = msg.value;
+	}
+}
+
+/* A keeper's reports as they come: the pid (an async spawn is then
+ * ready, unless an errno came first), and the command's status, which
+ * is its exit. End of file without it: the keeper died (killed, or it
+ * could not start the command), which the reaper reports. */
+static void
+report_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct spawn *sp = arg;
+	struct spawn_msg msg;
+	ssize_t n;
+	int status = 0, ended = 0;
+
+	(void)what;
+	while (!ended && (n = read(fd, &msg, sizeof msg)) ==
+	    (ssize_t)sizeof msg) {
+		if (msg.kind == SPAWN_MSG_PID) {
+			sp->cmd = (pid_t)msg.value;
+			sp->ready = sp->report_err == 0;
+		} else if (msg.kind == SPAWN_MSG_STATUS) {
+			status = msg.value;
+			ended = 1;
+		} else {
+			sp->report_err = msg.value;
+		}
+	}
+	if (!ended && n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	event_free(sp->report_ev);
+	sp->report_ev = NULL;
+	close(sp->report_fd);
+	sp->report_fd = -1;
+	if (ended && !sp->exited) {
+		sp->exited = 1;
+		sp->status = status;
+		if (sp->timer != NULL)
+			event_del(sp->timer);
+		spawn_check_done(sp);	/* may free sp: nothing after */
 	}
 }
 
@@ -339,9 +402,16 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->new_group)
 		setpgid(pid, pid);
 	cmd = pid;
-	e = read_reports(errpipe[0], &cmd);
-	close(errpipe[0]);
-	errpipe[0] = -1;
+	e = 0;
+	if (o->async)
+		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
+	else
+		e = read_reports(errpipe[0], &cmd);
+	/* A keeper's pipe stays open for what it tells later. */
+	if (e != 0 || !o->new_group) {
+		close(errpipe[0]);
+		errpipe[0] = -1;
+	}
 	for (int i = 0; i < 3; i++) {
 		if (o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE)
 			close(child_fd[i]);
@@ -365,6 +435,16 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	sp->pid = pid;
 	sp->cmd = cmd;
 	sp->group = o->new_group;
+	sp->ready = !o->async;
+	sp->report_fd = -1;
+	if (errpipe[0] >= 0) {
+		sp->report_fd = errpipe[0];
+		errpipe[0] = -1;
+		fcntl(sp->report_fd, F_SETFL, O_NONBLOCK);
+		sp->report_ev = event_new(base, sp->report_fd,
+		    EV_READ | EV_PERSIST, report_cb, sp);
+		event_add(sp->report_ev, NULL);
+	}
 	if (cb != NULL)
 		sp->cb = *cb;
 	sp->arg = arg;
@@ -387,14 +467,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 			close(parent_fd[i]);	/* capture of stdin: nothing */
 		}
 	}
-	if (o->timeout > 0) {
-		struct timeval tv;
-
-		tv.tv_sec = (time_t)o->timeout;
-		tv.tv_usec = (suseconds_t)((o->timeout - (double)tv.tv_sec) * 1e6);
-		sp->timer = evtimer_new(base, timeout_cb, sp);
-		evtimer_add(sp->timer, &tv);
-	}
+	arm_timeout(sp, o->timeout);
 	LIST_INSERT_HEAD(&spawn_children, sp, entry);
 	return sp;
 fail:
@@ -431,6 +504,35 @@ fail:
 	return -1;
 }
 
+int
+spawn_ready(struct spawn *sp)
+{
+	return sp->ready;
+}
+
+void
+spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
+    const size_t capture_cap[3], double timeout)
+{
+	sp->cb = *cb;
+	sp->arg = arg;
+	for (int i = 1; i < 3; i++) {
+		sp->out[i].cap = capture_cap[i];
+		sp->out[i].kept = sp->out[i].dropped = 0;
+	}
+	arm_timeout(sp, timeout);
+}
+
+uint64_t
+spawn_captured(struct spawn *sp)
+{
+	uint64_t n = 0;
+
+	for (int i = 1; i < 3; i++)
+		n += sp->out[i].kept + sp->out[i].dropped;
+	return n;
+}
+
 pid_t
 spawn_pid(struct spawn *sp)
 {
@@ -458,8 +560,13 @@ spawn_kill(struct spawn *sp, int sig)
 	 * so that it knows when it reaps the command (spawn_child.c). */
 	if (sig == SIGKILL && !sp->exited)
 		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
-	/* The group outlives its leader while background jobs run. */
-	kill(-sp->cmd, sig);
+	/* The group outlives its leader while background jobs run. Not yet
+	 * known (async): the keeper alone can reach it, as above; never
+	 * kill(-0), our own group. */
+	if (sp->cmd > 0)
+		kill(-sp->cmd, sig);
+	else if (sig != SIGKILL && !sp->exited)
+		kill(sp->pid, SPAWN_KEEPER_SIGNAL);
 }
 
 int
@@ -535,6 +642,10 @@ spawn_free(struct spawn *sp)
 		event_free(sp->timer);
 	if (sp->grace != NULL)
 		event_free(sp->grace);
+	if (sp->report_ev != NULL)
+		event_free(sp->report_ev);
+	if (sp->report_fd >= 0)
+		close(sp->report_fd);
 	free(sp);
 }
 

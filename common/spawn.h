@@ -48,6 +48,14 @@ struct spawn_options {
 	 * besides stdio); the caller keeps and closes its own. */
 	const int *pass_fds;
 	size_t npass_fds;		/* at most SPAWN_MAX_PASS_FDS */
+	/* Execute this descriptor of the caller's (execveat), not the file
+	 * argv[0] names; argv[0] is then only what the program is told. */
+	int use_exec_fd;
+	int exec_fd;
+	/* Return as soon as the child is forked, not once it executed: the
+	 * spawn is ready (spawn_ready) when it did. Until then it has no
+	 * program pid, and a failed exec shows as an exit with 127. */
+	int async;
 };
 
 #define SPAWN_MAX_PASS_FDS 4
@@ -75,6 +83,15 @@ void spawn_init(struct event_base *base);
 struct spawn *spawn_start(struct event_base *base,
     const struct spawn_options *opts, const struct spawn_callbacks *cb,
     void *arg, struct error *err);
+/* An async spawn has executed its program (always true otherwise). */
+int spawn_ready(struct spawn *sp);
+/* Hand a running spawn (started with no callbacks, say, ahead of need)
+ * to a new owner: its callbacks, caps of captured streams (kept and
+ * dropped counts start again) and timeout from now (0: none). */
+void spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb,
+    void *arg, const size_t capture_cap[3], double timeout);
+/* Bytes captured so far on stdout and stderr, kept or dropped. */
+uint64_t spawn_captured(struct spawn *sp);
 /* The program's pid (not its keeper's). */
 pid_t spawn_pid(struct spawn *sp);
 /* Our end of a SPAWN_PIPE stream, now owned by the caller; -1 otherwise. */

@@ -100,11 +100,11 @@ drop_ptrace_cap(void)
 
 /* Mark every descriptor from first on close-on-exec (or close it). */
 static void
-close_from(int first, int keep)
+close_from(int first, int keep, int keep2)
 {
 	if (syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
 		for (int fd = first; fd < 1024; fd++)
-			if (fd != keep)
+			if (fd != keep && fd != keep2)
 				close(fd);
 	}
 }
@@ -139,14 +139,17 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
-	close_from(3 + (int)o->npass_fds, errfd);
+	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? o->exec_fd : -1);
 	if (o->seccomp != NULL) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
 		    o->seccomp) < 0)
 			goto fail;
 	}
-	if (o->envp != NULL)
+	if (o->use_exec_fd)
+		syscall(SYS_execveat, o->exec_fd, "", o->argv, o->envp != NULL ?
+		    o->envp : (const char *const *)environ, AT_EMPTY_PATH);
+	else if (o->envp != NULL)
 		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
 	else
 		execv(o->argv[0], (char *const *)o->argv);
@@ -247,6 +250,19 @@ kill_tree(pid_t cmd, int *status)
 	}
 }
 
+/* The command's status to the runner, which may have gone (no exit
+ * on failure here: the keeper still has to end as the command did). */
+static void
+tell_status(int errfd, int status)
+{
+	struct spawn_msg msg = { SPAWN_MSG_STATUS, status };
+	ssize_t n;
+
+	do
+		n = write(errfd, &msg, sizeof msg);
+	while (n < 0 && errno == EINTR);
+}
+
 /* End as the command ended, so that our parent reads its status. */
 static void __attribute__((noreturn))
 exit_as(int status)
@@ -293,10 +309,13 @@ spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
 	setpgid(cmd, cmd);
 	report(errfd, SPAWN_MSG_PID, cmd);
 	/* Hold nothing of the agent's: a socket it closes must close, and
-	 * the command's pipes must end when the command's processes do. */
-	if (syscall(SYS_close_range, 0, ~0U, 0) < 0)
+	 * the command's pipes must end when the command's processes do.
+	 * Only the report pipe stays, for the command's status. */
+	if (errfd < 1 || syscall(SYS_close_range, 0, errfd - 1, 0) < 0 ||
+	    syscall(SYS_close_range, errfd + 1, ~0U, 0) < 0)
 		for (int fd = 0; fd < 1024; fd++)
-			close(fd);
+			if (fd != errfd)
+				close(fd);
 
 	/* Every signal stays blocked (spawn_start forked so); these two
 	 * are taken here. */
@@ -308,6 +327,7 @@ spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
 
 		if (sig == SPAWN_KEEPER_SIGNAL) {
 			kill_tree(cmd, &status);
+			tell_status(errfd, status);
 			exit_as(status);
 		}
 		if (sig != SIGCHLD)
@@ -320,6 +340,7 @@ spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
 			sigpending(&pending);
 			if (sigismember(&pending, SPAWN_KEEPER_SIGNAL))
 				kill_tree(cmd, &st);
+			tell_status(errfd, st);
 			exit_as(st);
 		}
 	}

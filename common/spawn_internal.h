@@ -13,12 +13,17 @@
  * agent dies (its parent-death signal): kill the whole tree. */
 #define SPAWN_KEEPER_SIGNAL SIGTERM
 
-/* What the child side reports on the error pipe until exec closes it:
+/* What the child side reports on the error pipe (until exec closes it;
+ * a keeper keeps it to the end):
  * messages of 8 bytes, so that each write is atomic and those of the
  * keeper and of the command cannot mix. */
 enum spawn_msg_kind {
 	SPAWN_MSG_PID,		/* the keeper forked the command: its pid */
 	SPAWN_MSG_ERRNO,	/* setting up or executing failed */
+	/* The keeper reaped the command: its wait status. The keeper exits
+	 * right after, with the same; told first, the runner need not wait
+	 * for that exit (and the teardown of a copy of its memory). */
+	SPAWN_MSG_STATUS,
 };
 
 struct spawn_msg {

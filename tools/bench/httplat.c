@@ -4,14 +4,20 @@
  * the figures are the server's, not an interpreter's.
  *
  *   httplat [-m METHOD] [-d BODY | -f BODYFILE] [-c CONTENT-TYPE]
- *           [-H 'Name: value']... [-n N] [-w WARMUP] HOST PORT TARGET
+ *           [-H 'Name: value']... [-n N] [-w WARMUP] [-C CALLERS]
+ *           [-g GAP_US] HOST PORT TARGET
  *
+ * -C: that many callers at once, each on its own connection, sharing the
+ * N requests (and each doing the warm-up); -g: each caller pauses that
+ * long after each answer (not counted), as a client that does something
+ * between its calls.
  * Prints "status=S n=N p50_us=X p99_us=Y" on success (every answer 2xx).
  * When the first answer is not 2xx it prints "status=S" and exits 2, so a
  * caller can tell a route that is not there from a failure (exit 1).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -243,8 +249,52 @@ usage(void)
 {
 	fprintf(stderr, "usage: httplat [-m METHOD] [-d BODY | -f BODYFILE] "
 	    "[-c CONTENT-TYPE] [-H 'Name: value']... [-n N] [-w WARMUP] "
-	    "HOST PORT TARGET\n");
+	    "[-C CALLERS] [-g GAP_US] HOST PORT TARGET\n");
 	exit(1);
+}
+
+/* What every caller shares; each takes its own slice of lat. */
+struct run {
+	const char *host, *method, *req;
+	size_t req_len;
+	int port, warmup, gap_us;
+	double *lat;
+	int n;
+	int status;	/* the last answer's, or 0 */
+	int failed;	/* 2: the first answer was not 2xx; 1: a later one */
+};
+
+static void *
+caller(void *arg)
+{
+	struct run *r = arg;
+	struct conn c = { 0 };
+	int status = 0;
+
+	c.fd = dial(r->host, r->port);
+	for (int i = 0; i < r->warmup + r->n; i++) {
+		double t0 = now_us();
+		int closing = 0;
+
+		send_all(c.fd, r->req, r->req_len);
+		status = read_response(&c, r->method, &closing);
+		if (i >= r->warmup)
+			r->lat[i - r->warmup] = now_us() - t0;
+		if (status < 200 || status > 299) {
+			r->status = status;
+			r->failed = i == 0 ? 2 : 1;
+			break;
+		}
+		if (closing)
+			die("the server closed the keep-alive connection");
+		if (r->gap_us > 0)
+			usleep((useconds_t)r->gap_us);
+	}
+	if (!r->failed)
+		r->status = status;
+	close(c.fd);
+	free(c.buf);
+	return NULL;
 }
 
 int
@@ -253,13 +303,15 @@ main(int argc, char **argv)
 	const char *method = "GET", *ctype = NULL, *headers[MAX_HEADERS];
 	const char *body = NULL, *host, *target;
 	size_t body_len = 0, req_len, nheaders = 0;
-	int opt, port, n = 2000, warmup = 200, status = 0;
-	struct conn c = { 0 };
+	int opt, port, n = 2000, warmup = 200, status = 0, callers = 1;
+	int gap_us = 0;
+	struct run *runs;
+	pthread_t *threads;
 	char *req;
 	double *lat;
 	FILE *m;
 
-	while ((opt = getopt(argc, argv, "m:d:f:c:H:n:w:")) != -1) {
+	while ((opt = getopt(argc, argv, "m:d:f:c:H:n:w:C:g:")) != -1) {
 		switch (opt) {
 		case 'm': method = optarg; break;
 		case 'd': body = optarg; body_len = strlen(optarg); break;
@@ -272,10 +324,13 @@ main(int argc, char **argv)
 			break;
 		case 'n': n = atoi(optarg); break;
 		case 'w': warmup = atoi(optarg); break;
+		case 'C': callers = atoi(optarg); break;
+		case 'g': gap_us = atoi(optarg); break;
 		default: usage();
 		}
 	}
-	if (argc - optind != 3 || n < 1 || warmup < 0)
+	if (argc - optind != 3 || n < 1 || warmup < 0 || callers < 1 ||
+	    callers > n || gap_us < 0)
 		usage();
 	host = argv[optind];
 	port = atoi(argv[optind + 1]);
@@ -299,29 +354,40 @@ main(int argc, char **argv)
 	lat = calloc((size_t)n, sizeof *lat);
 	if (lat == NULL)
 		die("out of memory");
-	c.fd = dial(host, port);
-	for (int i = 0; i < warmup + n; i++) {
-		double t0 = now_us();
+	runs = calloc((size_t)callers, sizeof *runs);
+	threads = calloc((size_t)callers, sizeof *threads);
+	if (runs == NULL || threads == NULL)
+		die("out of memory");
+	for (int k = 0, from = 0; k < callers; k++) {
+		struct run *r = &runs[k];
 
-		int closing = 0;
-
-		send_all(c.fd, req, req_len);
-		status = read_response(&c, method, &closing);
-		if (i >= warmup)
-			lat[i - warmup] = now_us() - t0;
-		if (status < 200 || status > 299) {
-			printf("status=%d\n", status);
-			return i == 0 ? 2 : 1;
-		}
-		if (closing)
-			die("the server closed the keep-alive connection");
+		r->host = host;
+		r->method = method;
+		r->req = req;
+		r->req_len = req_len;
+		r->port = port;
+		r->warmup = warmup;
+		r->gap_us = gap_us;
+		r->n = n / callers + (k < n % callers);
+		r->lat = lat + from;
+		from += r->n;
+		if (pthread_create(&threads[k], NULL, caller, r) != 0)
+			die("pthread_create failed");
 	}
-	close(c.fd);
+	for (int k = 0; k < callers; k++) {
+		pthread_join(threads[k], NULL);
+		if (runs[k].failed) {
+			printf("status=%d\n", runs[k].status);
+			return runs[k].failed;
+		}
+		status = runs[k].status;
+	}
+	free(runs);
+	free(threads);
 	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
 	printf("status=%d n=%d p50_us=%.0f p99_us=%.0f\n", status, n,
 	    lat[(size_t)((n - 1) * 0.50)], lat[(size_t)((n - 1) * 0.99)]);
 	free(lat);
 	free(req);
-	free(c.buf);
 	return 0;
 }
