@@ -141,6 +141,7 @@ restore(json_t *rec, const struct sandbox_type *type, const char *id)
 		sb->timeout = json_number_value(json_object_get(rec, "timeout"));
 	sb->sock_dir = xasprintf("%s/run/%s", sd.cfg.state_dir, sb->id);
 	sb->agent_addr = xasprintf("unix:%s/agent.sock", sb->sock_dir);
+	sandbox_changed(sb);
 	if (sb->port > 0 && ports_reserve(sd.ports, sb->port) < 0)
 		log_warn("adopt: %s keeps port %d, outside PORT_RANGE or taken",
 		    sb->name, sb->port);
