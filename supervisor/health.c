@@ -6,7 +6,9 @@
  * new one; a sandbox in use is marked unhealthy and reported, never swapped
  * behind its user's back. Containers with our label that no record knows
  * are removed. A probe answers through its callback after health_probe
- * returned, also one that cannot start (defer.c).
+ * returned, also one that cannot start (defer.c). Records and containers
+ * are matched through sorted lists, so that a round at 1000 sandboxes
+ * costs thousands of comparisons, not millions.
  */
 #include "sandboxd.h"
 
@@ -180,28 +182,84 @@ orphan_removed_cb(const struct error *err, void *arg)
 	free(name);
 }
 
+static int
+compare_containers(const void *a, const void *b)
+{
+	return strcmp(((const struct backend_container *)a)->name,
+	    ((const struct backend_container *)b)->name);
+}
+
+static int
+compare_names(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names of the records that are not released, sorted, borrowed from
+ * the records. Caller frees. */
+static const char **
+live_names(size_t *n)
+{
+	const char **names = xreallocarray(NULL, sandbox_count_live() + 1,
+	    sizeof *names);
+	struct sandbox *sb;
+
+	*n = 0;
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (sb->state != SB_RELEASED)
+			names[(*n)++] = sb->name;
+	}
+	qsort(names, *n, sizeof *names, compare_names);
+	return names;
+}
+
+/* Containers with our label that no live record names: removed. */
+static void
+remove_strays(const struct backend_container *v, size_t n)
+{
+	size_t nlive;
+	const char **live = live_names(&nlive);
+
+	for (size_t i = 0; i < n; i++) {
+		if (bsearch(&v[i].name, live, nlive, sizeof *live,
+		    compare_names) != NULL)
+			continue;
+		log_warn("health: removing stray container %s (ours, but no "
+		    "record knows it)", v[i].name);
+		sd.backend->ops->remove(sd.backend, v[i].id, orphan_removed_cb,
+		    xstrdup(v[i].name));
+	}
+	free(live);
+}
+
 static void
 listed_cb(const struct backend_container *v, size_t n,
     const struct error *err, void *arg)
 {
+	struct backend_container *sorted = NULL;
 	struct sandbox *sb, *next;
 
 	(void)arg;
 	round_running = 0;
 	if (sd.shutting_down)
 		return;
-	if (err != NULL)
+	if (err != NULL) {
 		log_warn("health: cannot list containers: %s", err->msg);
+	} else if (n > 0) {
+		sorted = xreallocarray(NULL, n, sizeof *sorted);
+		memcpy(sorted, v, n * sizeof *sorted);
+		qsort(sorted, n, sizeof *sorted, compare_containers);
+	}
 	for (sb = sandbox_first(); sb != NULL; sb = next) {
-		const struct backend_container *c = NULL;
+		const struct backend_container *c = NULL, key = {
+			.name = sb->name };
 
 		next = sandbox_next(sb);
 		if (!checkable(sb) || sb->updated_at > round_listed_at)
 			continue;
-		for (size_t i = 0; err == NULL && i < n; i++) {
-			if (strcmp(v[i].name, sb->name) == 0)
-				c = &v[i];
-		}
+		if (sorted != NULL)
+			c = bsearch(&key, sorted, n, sizeof *sorted,
+			    compare_containers);
 		if (err == NULL && (c == NULL || c->state == NULL ||
 		    strcmp(c->state, "running") != 0)) {
 			char why[128];
@@ -217,16 +275,9 @@ listed_cb(const struct backend_container *v, size_t n,
 		sb->health_probing = 1;
 		health_probe(sb, ROUND_PROBE_TIMEOUT, round_probe_cb, NULL);
 	}
-	for (size_t i = 0; err == NULL && sd.ready && i < n; i++) {
-		struct sandbox *known = sandbox_find(v[i].name);
-
-		if (known != NULL && known->state != SB_RELEASED)
-			continue;
-		log_warn("health: removing stray container %s (ours, but no "
-		    "record knows it)", v[i].name);
-		sd.backend->ops->remove(sd.backend, v[i].id, orphan_removed_cb,
-		    xstrdup(v[i].name));
-	}
+	free(sorted);
+	if (err == NULL && sd.ready)
+		remove_strays(v, n);
 	sandbox_trim_released(RELEASED_KEEP);
 }
 
