@@ -277,7 +277,7 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), list_cb, a);
+	    state_instance(), 0, list_cb, a);
 }
 
 static void
@@ -336,5 +336,5 @@ adopt_start(adopt_done_cb done, void *arg)
 	a->arg = arg;
 	a->seen = json_object();
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), list_cb, a);
+	    state_instance(), 0, list_cb, a);
 }

@@ -151,6 +151,43 @@ def remove_leftovers(prefix):
     return len(ids)
 
 
+def docker_get(path):
+    """GET path from the Docker Engine API over its unix socket: bytes."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect("/var/run/docker.sock")
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = sock
+    conn.request("GET", path)
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
+def docker_list_cost(instance, dockerd, calls=10):
+    """dockerd's CPU and the wall time of one list of this instance's
+    containers: all of them (as a health round asked before) and only
+    those not running."""
+    import urllib.parse
+    label = f"io.agentscope.sandboxd.instance={instance}"
+    out = {}
+    for what, filters in (
+            ("all", {"label": [label]}),
+            ("not_running", {"label": [label], "status": [
+                "created", "restarting", "removing", "paused", "exited",
+                "dead"]})):
+        path = "/containers/json?all=1&filters=" + urllib.parse.quote(
+            json.dumps(filters))
+        d0, t0 = cpu_seconds(dockerd), time.monotonic()
+        for _ in range(calls):
+            size = len(docker_get(path))
+        out[f"docker_list_{what}_ms"] = round(
+            (time.monotonic() - t0) * 1e3 / calls, 1)
+        out[f"docker_list_{what}_dockerd_cpu_ms"] = round(
+            (cpu_seconds(dockerd) - d0) * 1e3 / calls, 1)
+        out[f"docker_list_{what}_bytes"] = size
+    return out
+
+
 def percentile(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
@@ -305,6 +342,9 @@ def run(a):
                 (d1 - d0) * 1e3 / a.health_rounds, 1)
             out["health_round_sandboxes_cpu_ms"] = round(
                 (c1 - c0) * 1e3 / a.health_rounds, 1)
+            if dockerd:
+                with open(os.path.join(workdir, "st", "instance")) as f:
+                    out.update(docker_list_cost(f.read().strip(), dockerd))
             with open(f"/proc/{proc.pid}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
