@@ -25,7 +25,8 @@ for minimal), --parallel
 16, --batches 4, --marks 0,250,500 (create rate after that many were
 live, over --window 50 creates), --health-interval 5, --health-rounds 4,
 --prefix sbxscale- (containers made here; leftovers with it are removed at
-the end, whatever happened), --sandboxd supervisor/sandboxd.
+the end, whatever happened), --sandboxd supervisor/sandboxd, --env K=V
+(more of sandboxd's settings; repeatable).
 
 Only 127.0.0.1, unix sockets and containers made here are reached.
 """
@@ -137,18 +138,25 @@ def pidof(name):
 def docker_ids(prefix):
     out = subprocess.run(
         ["docker", "ps", "-aq", "--no-trunc", "--filter", f"name=^/{prefix}"],
-        capture_output=True, text=True, check=True)
+        capture_output=True, text=True, check=True, timeout=300)
     return out.stdout.split()
 
 
 def remove_leftovers(prefix):
+    """Remove containers named prefix*; how many are still there."""
     ids = docker_ids(prefix)
     if ids:
         log(f"removing {len(ids)} leftover containers named {prefix}*")
         for i in range(0, len(ids), 100):
-            subprocess.run(["docker", "rm", "-f", *ids[i:i + 100]],
-                           capture_output=True)
-    return len(ids)
+            try:
+                subprocess.run(["docker", "rm", "-f", *ids[i:i + 100]],
+                               capture_output=True, timeout=600)
+            except subprocess.TimeoutExpired:
+                log("docker rm -f did not finish in 600 s")
+    left = docker_ids(prefix)
+    if left:
+        log(f"{len(left)} containers named {prefix}* are still there")
+    return len(ids) - len(left)
 
 
 def docker_get(path):
@@ -217,10 +225,14 @@ def start_sandboxd(a, workdir):
         "DEFAULT_SANDBOX_TYPE": a.type,
         "POOL_SIZE": "0",
         "AUTO_CLEANUP": "true",
+        # Creating 1000 takes longer than the default 300 s: the first
+        # sessions would be reaped as idle before the calls.
+        "HEARTBEAT_TIMEOUT": "0",
         "CONTAINER_PREFIX_KEY": a.prefix,
         "SANDBOXD_STATE_DIR": os.path.join(workdir, "st"),
         "SANDBOXD_HEALTH_INTERVAL": str(a.health_interval),
     })
+    env.update(kv.split("=", 1) for kv in a.env)
     logf = open(os.path.join(workdir, "sandboxd.log"), "wb")
     proc = subprocess.Popen([os.path.abspath(a.sandboxd), "--port",
                              str(port)], env=env, cwd=workdir, stdout=logf,
@@ -303,9 +315,13 @@ def run(a):
 
         if not a.no_calls:
             def call(name):
-                r = client().rpc("call_tool", identity=name,
-                                 tool_name="run_shell_command",
-                                 arguments={"command": "echo ok"})
+                try:
+                    r = client().rpc("call_tool", identity=name,
+                                     tool_name="run_shell_command",
+                                     arguments={"command": "echo ok"})
+                except Exception as e:  # noqa: BLE001 - counted, reported
+                    log(f"call to {name} failed: {str(e)[:300]}")
+                    return False
                 return any("ok" in c.get("text", "")
                            for c in r.get("content", []))
             t0 = time.monotonic()
@@ -451,6 +467,7 @@ def main():
     p.add_argument("--health-rounds", type=int, default=4)
     p.add_argument("--prefix", default="sbxscale-")
     p.add_argument("--sandboxd", default="supervisor/sandboxd")
+    p.add_argument("--env", action="append", default=[])
     p.add_argument("--check", action="store_true")
     p.add_argument("--no-calls", action="store_true")
     p.add_argument("--no-health", action="store_true")
