@@ -7,6 +7,9 @@
 #   make images  build the sandbox images with tools/build-image
 #   make run     build the images it serves and start sandboxd (foreground)
 #   make bench   benchmarks; figures go to the README
+#   make test-scale  SCALE_N (1000) minimal sandboxes through sandboxd, one
+#                call each, then SIGTERM: none left, exit 0 (not in make test:
+#                it takes many minutes)
 
 VERSION := 0.1.0
 CC ?= cc
@@ -39,7 +42,7 @@ AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson
 
-.PHONY: all deps install test unit unit-asan integration integration-asan images run \
+.PHONY: all deps install test test-scale unit unit-asan integration integration-asan images run \
 	bench clean fuzz fuzz-replay
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
@@ -277,6 +280,13 @@ fuzz-replay: $(FUZZ_REPLAY_BIN)
 	done
 
 test: all unit unit-asan fuzz-replay integration integration-asan
+
+# Containers named SCALE_PREFIX*; any left at the end are removed.
+SCALE_N ?= 1000
+SCALE_PREFIX ?= sbxscale-
+test-scale: all
+	tools/with-dockerd /usr/bin/python3 tools/scale.py run $(SCALE_N) --check \
+		--prefix $(SCALE_PREFIX)
 
 images: all
 	tools/with-dockerd tools/build-image all

@@ -141,6 +141,7 @@ restore(json_t *rec, const struct sandbox_type *type, const char *id)
 		sb->timeout = json_number_value(json_object_get(rec, "timeout"));
 	sb->sock_dir = xasprintf("%s/run/%s", sd.cfg.state_dir, sb->id);
 	sb->agent_addr = xasprintf("unix:%s/agent.sock", sb->sock_dir);
+	sandbox_changed(sb);
 	if (sb->port > 0 && ports_reserve(sd.ports, sb->port) < 0)
 		log_warn("adopt: %s keeps port %d, outside PORT_RANGE or taken",
 		    sb->name, sb->port);
@@ -276,7 +277,7 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), list_cb, a);
+	    state_instance(), 0, list_cb, a);
 }
 
 static void
@@ -335,5 +336,5 @@ adopt_start(adopt_done_cb done, void *arg)
 	a->arg = arg;
 	a->seen = json_object();
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), list_cb, a);
+	    state_instance(), 0, list_cb, a);
 }

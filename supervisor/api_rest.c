@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
 #include "json_util.h"
 #include "log.h"
 #include "xmalloc.h"
@@ -87,14 +89,15 @@ route_list(struct http_request *req, void *arg)
 		.limit = http_request_query(req, "limit"),
 	};
 	struct error err;
-	json_t *answer;
+	struct evbuffer *answer;
 
 	(void)arg;
-	if ((answer = sandbox_list_json(&q, &err)) == NULL) {
+	if ((answer = sandbox_list_encode(&q, &err)) == NULL) {
 		sandboxd_reply_error(req, &err);
 		return;
 	}
-	http_reply_json(req, 200, answer);
+	http_reply_buffer(req, 200, "application/json", answer);
+	evbuffer_free(answer);
 }
 
 static void

@@ -79,9 +79,11 @@ struct backend_ops {
 	    backend_done_cb done, void *arg);
 	void (*status)(struct backend *b, const char *id, backend_status_cb done,
 	    void *arg);
-	/* Containers carrying label=value (all states). */
+	/* Containers carrying label=value: in all states, or only those
+	 * not running (what a health round looks for: Docker answers in a
+	 * few bytes instead of ~1.7 KB a container). */
 	void (*list)(struct backend *b, const char *label, const char *value,
-	    backend_list_cb done, void *arg);
+	    int not_running, backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
 	/* Engine calls at once from now on (shutdown widens it). */

@@ -284,13 +284,14 @@ listed_cb(json_t *answer, const struct error *err, void *arg)
 
 static void
 docker_list(struct backend *b, const char *label, const char *value,
-    backend_list_cb done, void *arg)
+    int not_running, backend_list_cb done, void *arg)
 {
 	struct simple_op *op = xcalloc(1, sizeof *op);
 
 	op->list_done = done;
 	op->arg = arg;
-	docker_container_list(b->impl, label, value, listed_cb, op);
+	docker_container_list(b->impl, label, value, not_running, listed_cb,
+	    op);
 }
 
 static void

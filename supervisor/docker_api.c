@@ -412,10 +412,16 @@ url_encode(const char *s)
 
 void
 docker_container_list(struct docker *d, const char *label, const char *value,
-    docker_cb done, void *arg)
+    int not_running, docker_cb done, void *arg)
 {
 	json_t *filters = json_pack("{s:[s++]}", "label", label, "=", value);
-	char *text = json_dumps(filters, JSON_COMPACT), *enc, *target;
+	char *text, *enc, *target;
+
+	if (not_running)
+		json_object_set_new(filters, "status", json_pack("[ssssss]",
+		    "created", "restarting", "removing", "paused", "exited",
+		    "dead"));
+	text = json_dumps(filters, JSON_COMPACT);
 
 	enc = url_encode(text);
 	target = xasprintf("/containers/json?all=1&filters=%s", enc);

@@ -50,9 +50,10 @@ void docker_container_remove(struct docker *d, const char *id,
     docker_cb done, void *arg);
 void docker_container_inspect(struct docker *d, const char *id,
     docker_cb done, void *arg);
-/* GET /containers/json?all=1&filters={"label":["LABEL=VALUE"]} */
+/* GET /containers/json?all=1&filters={"label":["LABEL=VALUE"]}, with
+ * not_running also "status": every state but running. */
 void docker_container_list(struct docker *d, const char *label,
-    const char *value, docker_cb done, void *arg);
+    const char *value, int not_running, docker_cb done, void *arg);
 /* GET /containers/ID/logs, stdout and stderr, the last lines, demuxed. */
 void docker_container_logs(struct docker *d, const char *id, int lines,
     docker_raw_cb done, void *arg);

@@ -1,12 +1,21 @@
 /*
  * Health: one probe asks an agent for /healthz with its token; a round,
- * every SANDBOXD_HEALTH_INTERVAL seconds, lists our containers in one Docker
- * call and probes each ready sandbox. A warm (pool) sandbox whose container
- * died or whose agent stopped answering is released, and the pool makes a
- * new one; a sandbox in use is marked unhealthy and reported, never swapped
- * behind its user's back. Containers with our label that no record knows
- * are removed. A probe answers through its callback after health_probe
- * returned, also one that cannot start (defer.c).
+ * every SANDBOXD_HEALTH_INTERVAL seconds, asks Docker in one call which of
+ * our containers are not running and probes each ready sandbox. A warm
+ * (pool) sandbox whose container died or whose agent stopped answering is
+ * released, and the pool makes a new one; a sandbox in use is marked
+ * unhealthy and reported, never swapped behind its user's back.
+ *
+ * Every FULL_LIST_EVERY rounds, and the first, the list has all our
+ * containers: one that is gone is noticed from it, and containers with our
+ * label that no record knows are removed. The other rounds list only the
+ * stopped ones because the full list is what costs at scale: at 1000
+ * sandboxes it is ~1.7 MB of JSON that dockerd builds and we parse, every
+ * round, where the stopped ones are usually none (a gone container's agent
+ * also fails its probes meanwhile). Records and containers are matched
+ * through sorted lists: thousands of comparisons a round, not millions. A
+ * probe answers through its callback after health_probe returned, also one
+ * that cannot start (defer.c).
  */
 #include "sandboxd.h"
 
@@ -26,6 +35,8 @@
 #define ROUND_PROBE_TIMEOUT 5.0
 /* Released records kept for get_info. */
 #define RELEASED_KEEP 1000
+/* Rounds between lists of all our containers (see above). */
+#define FULL_LIST_EVERY 6
 
 /* One probe in flight; holds a reference to its sandbox. */
 struct probe {
@@ -38,6 +49,8 @@ struct probe {
 
 static struct event *round_ev;
 static int round_running;
+static unsigned round_count;
+static int round_full;		/* this round lists every container */
 /* When the round asked Docker for its list: a sandbox whose state changed
  * after that (a create that finished while the list was on its way) is
  * judged next round, not by a list that may show its container before it
@@ -180,30 +193,87 @@ orphan_removed_cb(const struct error *err, void *arg)
 	free(name);
 }
 
+static int
+compare_containers(const void *a, const void *b)
+{
+	return strcmp(((const struct backend_container *)a)->name,
+	    ((const struct backend_container *)b)->name);
+}
+
+static int
+compare_names(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names of the records that are not released, sorted, borrowed from
+ * the records. Caller frees. */
+static const char **
+live_names(size_t *n)
+{
+	const char **names = xreallocarray(NULL, sandbox_count_live() + 1,
+	    sizeof *names);
+	struct sandbox *sb;
+
+	*n = 0;
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (sb->state != SB_RELEASED)
+			names[(*n)++] = sb->name;
+	}
+	qsort(names, *n, sizeof *names, compare_names);
+	return names;
+}
+
+/* Containers with our label that no live record names: removed. */
+static void
+remove_strays(const struct backend_container *v, size_t n)
+{
+	size_t nlive;
+	const char **live = live_names(&nlive);
+
+	for (size_t i = 0; i < n; i++) {
+		if (bsearch(&v[i].name, live, nlive, sizeof *live,
+		    compare_names) != NULL)
+			continue;
+		log_warn("health: removing stray container %s (ours, but no "
+		    "record knows it)", v[i].name);
+		sd.backend->ops->remove(sd.backend, v[i].id, orphan_removed_cb,
+		    xstrdup(v[i].name));
+	}
+	free(live);
+}
+
 static void
 listed_cb(const struct backend_container *v, size_t n,
     const struct error *err, void *arg)
 {
+	struct backend_container *sorted = NULL;
 	struct sandbox *sb, *next;
 
 	(void)arg;
 	round_running = 0;
 	if (sd.shutting_down)
 		return;
-	if (err != NULL)
+	if (err != NULL) {
 		log_warn("health: cannot list containers: %s", err->msg);
+	} else if (n > 0) {
+		sorted = xreallocarray(NULL, n, sizeof *sorted);
+		memcpy(sorted, v, n * sizeof *sorted);
+		qsort(sorted, n, sizeof *sorted, compare_containers);
+	}
 	for (sb = sandbox_first(); sb != NULL; sb = next) {
-		const struct backend_container *c = NULL;
+		const struct backend_container *c = NULL, key = {
+			.name = sb->name };
 
 		next = sandbox_next(sb);
 		if (!checkable(sb) || sb->updated_at > round_listed_at)
 			continue;
-		for (size_t i = 0; err == NULL && i < n; i++) {
-			if (strcmp(v[i].name, sb->name) == 0)
-				c = &v[i];
-		}
-		if (err == NULL && (c == NULL || c->state == NULL ||
-		    strcmp(c->state, "running") != 0)) {
+		if (sorted != NULL)
+			c = bsearch(&key, sorted, n, sizeof *sorted,
+			    compare_containers);
+		/* Missing from a list of the stopped ones: running. */
+		if (err == NULL && (c != NULL || round_full) && (c == NULL ||
+		    c->state == NULL || strcmp(c->state, "running") != 0)) {
 			char why[128];
 
 			snprintf(why, sizeof why, "its container is %s",
@@ -217,16 +287,9 @@ listed_cb(const struct backend_container *v, size_t n,
 		sb->health_probing = 1;
 		health_probe(sb, ROUND_PROBE_TIMEOUT, round_probe_cb, NULL);
 	}
-	for (size_t i = 0; err == NULL && sd.ready && i < n; i++) {
-		struct sandbox *known = sandbox_find(v[i].name);
-
-		if (known != NULL && known->state != SB_RELEASED)
-			continue;
-		log_warn("health: removing stray container %s (ours, but no "
-		    "record knows it)", v[i].name);
-		sd.backend->ops->remove(sd.backend, v[i].id, orphan_removed_cb,
-		    xstrdup(v[i].name));
-	}
+	free(sorted);
+	if (err == NULL && sd.ready && round_full)
+		remove_strays(v, n);
 	sandbox_trim_released(RELEASED_KEEP);
 }
 
@@ -240,8 +303,9 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	round_running = 1;
 	round_listed_at = sandboxd_now();
+	round_full = round_count++ % FULL_LIST_EVERY == 0;
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), listed_cb, NULL);
+	    state_instance(), !round_full, listed_cb, NULL);
 }
 
 void

@@ -211,6 +211,7 @@ created_cb(const char *id, const struct error *err, void *arg)
 
 	if (id != NULL && sb->container_id == NULL) {
 		sb->container_id = xstrdup(id);
+		sandbox_changed(sb);
 		state_dirty();
 	}
 	if (err != NULL) {
@@ -412,6 +413,7 @@ undo_finish(struct lifecycle_op *op)
 		ports_release(sd.ports, sb->port);
 	sb->port = 0;
 	sb->state = SB_RELEASED;
+	sandbox_changed(sb);
 	/* Whoever asked for a release meanwhile got what they wanted. */
 	sb->release_requested = 0;
 	lifecycle_notify_waiters(sb, NULL);
@@ -458,6 +460,7 @@ create_failed(struct lifecycle_op *op, const struct error *err)
 	if (op->timer != NULL)
 		evtimer_del(op->timer);
 	sb->state = SB_RELEASING;
+	sandbox_changed(sb);
 	/* Also when Docker failed to answer the create: it may still have
 	 * made the container, which has our name. */
 	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
@@ -565,6 +568,7 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	if (storage == NULL && sd.cfg.storage_folder != NULL)
 		storage = xasprintf("%s/%s", sd.cfg.storage_folder, sb->id);
 	sb->storage_path = storage;
+	sandbox_changed(sb);
 	if (sb->mount_dir != NULL)
 		sb->sock_dir = workspace_make_sock_dir(sb->id, err);
 	if (sb->mount_dir == NULL || sb->sock_dir == NULL) {

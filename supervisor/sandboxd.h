@@ -230,6 +230,11 @@ struct sandbox {
 	struct lifecycle_op *op;	/* the operation in progress, if any */
 	int release_requested;		/* release once op finishes */
 	struct sandbox_waiter *waiters;	/* told when the release ends */
+
+	/* sandbox_model(sb) as compact JSON, or NULL; dropped by
+	 * sandbox_changed. Owned by the record. */
+	char *model_text;
+	size_t model_len;
 };
 
 TAILQ_HEAD(sandbox_list, sandbox);
@@ -259,6 +264,14 @@ void sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
 void sandbox_trim_released(size_t keep);
 /* The container model of the spec (get_info). New reference. */
 json_t *sandbox_model(const struct sandbox *sb);
+/* The same as compact JSON text, encoded once and kept until the record
+ * changes, so that a list of 1000 records is a copy, not 1000 encodings.
+ * Borrowed: valid until the next sandbox_changed. */
+const char *sandbox_model_text(struct sandbox *sb, size_t *len);
+/* A field the model shows changed: the kept text is stale. Every write
+ * to such a field calls this (sandbox_set_state and sandbox_set_error
+ * do it themselves). */
+void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
 void sandbox_free_all(void);
@@ -273,9 +286,12 @@ struct sandbox_query {
 	const char *offset;
 	const char *limit;
 };
-/* {"sandboxes": [model, ...], "total": matches, "offset", "limit"} (new
- * reference), or NULL with err (400) for a bad parameter. */
-json_t *sandbox_list_json(const struct sandbox_query *q, struct error *err);
+/* {"sandboxes": [model, ...], "total": matches, "offset", "limit"} as
+ * JSON text in a new buffer (caller frees), or NULL with err (400) for a
+ * bad parameter. */
+struct evbuffer;
+struct evbuffer *sandbox_list_encode(const struct sandbox_query *q,
+    struct error *err);
 
 /* lifecycle.c, lifecycle_create.c */
 

@@ -1,6 +1,6 @@
 """Health: a dead pool sandbox is replaced, a dead sandbox in use is
-reported unhealthy and left in place; a sandbox whose agent never answers
-is not created."""
+reported unhealthy and left in place, also one whose container was
+removed; a sandbox whose agent never answers is not created."""
 
 from sandboxd_fixtures import (scratch, docker, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
@@ -39,6 +39,20 @@ def test_killed_session_sandbox_is_reported_not_swapped(start_sandboxd):
     assert s.rpc("start", identity=name) is True
     assert s.rpc("get_info", identity=name)["state"] == "running"
     assert s.rpc("check_health", identity=name) is True
+
+
+def test_removed_session_sandbox_is_reported(start_sandboxd):
+    # Most rounds ask Docker only for our stopped containers: a removed
+    # one is in no such list, and must still be noticed (its probes fail,
+    # and the next full list does not have it).
+    s = start_sandboxd()
+    name = s.rpc("create", sandbox_type="minimal",
+                 meta={"session_ctx_id": "h2"})
+    docker("rm", "-f", name)
+    wait_until(lambda: s.rpc("get_info", identity=name)["state"] == "unhealthy",
+               30, what="unhealthy")
+    assert s.rpc("check_health", identity=name) is False
+    assert s.rpc("get_session_mapping", session_ctx_id="h2") == [name]
 
 
 def test_agent_that_never_answers_is_not_created(start_sandboxd, scratch):

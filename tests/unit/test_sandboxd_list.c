@@ -1,7 +1,11 @@
-/* GET /v1/sandboxes' list (sandbox_list.c) over records made without
- * containers: filters, paging with the total, and 400 for bad values;
- * and how long a 1000-record answer takes to build and encode (printed,
- * not asserted: figures come from benchmarks, not timed tests). */
+/* The lists sandboxd answers, over 1000 records made without containers.
+ * GET /v1/sandboxes (sandbox_list.c): filters, paging with the total, 400
+ * for bad values, and the kept encoding of each record
+ * (sandbox_model_text) always the same as a fresh one after every kind of
+ * change. list_session_keys (sessions_keys), each record in its own
+ * session: only sessions with a live sandbox, each once. And how long
+ * each answer takes (printed, not asserted: figures come from
+ * benchmarks, not timed tests). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
+#include <event2/buffer.h>
 
 #include "sandboxd.h"
 
@@ -18,14 +24,20 @@
 
 struct sandboxd sd;
 
-static int
-setup(void **state)
+static void
+init(void)
 {
-	(void)state;
 	sd.cfg.prefix = "sandboxd-";
 	sd.cfg.host = "127.0.0.1";
 	sd.cfg.port = 8000;
 	sandbox_types_init(NULL, NULL, NULL);
+}
+
+static int
+setup(void **state)
+{
+	(void)state;
+	init();
 	/* 1000 records: every fourth is base, the rest minimal; states
 	 * cycle through running, warm, stopped and released; every tenth
 	 * is in session "s". */
@@ -48,19 +60,41 @@ static int
 teardown(void **state)
 {
 	(void)state;
+	sessions_free();
 	sandbox_free_all();
 	sandbox_types_free();
 	return 0;
 }
 
+/* The answer's text, which must be JSON. Caller frees. */
+static char *
+list_text(const struct sandbox_query *q)
+{
+	struct error err;
+	struct evbuffer *b = sandbox_list_encode(q, &err);
+	size_t len;
+	char *text;
+
+	if (b == NULL)
+		fail_msg("unexpected error: %s", err.msg);
+	len = evbuffer_get_length(b);
+	text = malloc(len + 1);
+	evbuffer_remove(b, text, len);
+	text[len] = '\0';
+	evbuffer_free(b);
+	return text;
+}
+
 static json_t *
 list(const struct sandbox_query *q)
 {
-	struct error err;
-	json_t *a = sandbox_list_json(q, &err);
+	json_error_t jerr;
+	char *text = list_text(q);
+	json_t *a = json_loads(text, 0, &jerr);
 
 	if (a == NULL)
-		fail_msg("unexpected error: %s", err.msg);
+		fail_msg("the list is not JSON: %s", jerr.text);
+	free(text);
 	return a;
 }
 
@@ -88,6 +122,7 @@ test_filters_and_total(void **state)
 	assert_int_equal(total(a), 750);
 	assert_int_equal(listed(a), 750);
 	assert_true(json_is_null(json_object_get(a, "limit")));
+	assert_int_equal(json_integer_value(json_object_get(a, "offset")), 0);
 	json_decref(a);
 	q.all = "true";
 	a = list(&q);
@@ -148,6 +183,60 @@ test_paging(void **state)
 	json_decref(a);
 }
 
+/* Every record's model in the list equals a fresh sandbox_model. */
+static void
+assert_list_is_fresh(void)
+{
+	struct sandbox_query q = { .all = "true" };
+	json_t *a = list(&q), *models = json_object_get(a, "sandboxes");
+	struct sandbox *sb;
+	size_t i = 0;
+
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb), i++) {
+		json_t *fresh = sandbox_model(sb);
+
+		if (!json_equal(fresh, json_array_get(models, i))) {
+			char *want = json_dumps(fresh, JSON_COMPACT);
+
+			fail_msg("record %zu is stale in the list; want %s", i,
+			    want);
+		}
+		json_decref(fresh);
+	}
+	assert_int_equal(i, json_array_size(models));
+	json_decref(a);
+}
+
+static void
+test_kept_encoding_follows_changes(void **state)
+{
+	struct sandbox *sb[6];
+	size_t i = 0;
+
+	(void)state;
+	for (struct sandbox *s = sandbox_first(); i < 6; s = sandbox_next(s))
+		sb[i++] = s;
+	assert_list_is_fresh();
+	/* Each way a shown field changes, then the list again. */
+	sandbox_set_state(sb[0], SB_STOPPED);
+	sandbox_set_error(sb[1], "agent gone");
+	sandbox_set_state(sb[1], SB_UNHEALTHY);
+	sessions_bind(sb[2], "t");
+	sessions_bind(sb[3], NULL);
+	json_object_set_new(sb[4]->meta, "x", json_string("y"));
+	sandbox_changed(sb[4]);
+	free(sb[5]->container_id);
+	sb[5]->container_id = strdup("0123456789abcdef");
+	sandbox_changed(sb[5]);
+	assert_list_is_fresh();
+	/* Back as the other tests expect them. */
+	sandbox_set_state(sb[0], SB_RUNNING);
+	sandbox_set_state(sb[1], SB_WARM);
+	sessions_bind(sb[2], NULL);
+	sessions_bind(sb[3], NULL);
+	assert_list_is_fresh();
+}
+
 static void
 test_bad_values_are_400(void **state)
 {
@@ -162,7 +251,7 @@ test_bad_values_are_400(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		err.status = 0;
-		assert_null(sandbox_list_json(&bad[i], &err));
+		assert_null(sandbox_list_encode(&bad[i], &err));
 		assert_int_equal(err.status, 400);
 	}
 }
@@ -184,21 +273,109 @@ test_time_of_a_1000_record_answer(void **state)
 	size_t len = 0;
 
 	(void)state;
+	/* The first round encodes every record, the others copy. */
 	for (int round = 0; round < 5; round++) {
-		json_t *a;
-		char *text;
+		struct error err;
+		struct evbuffer *b;
 
+		if (round == 0) {
+			for (struct sandbox *sb = sandbox_first(); sb != NULL;
+			    sb = sandbox_next(sb))
+				sandbox_changed(sb);
+		}
 		t0 = seconds();
-		a = list(&q);
-		text = json_dumps(a, JSON_COMPACT);
+		b = sandbox_list_encode(&q, &err);
+		t0 = seconds() - t0;
+		len = evbuffer_get_length(b);
+		evbuffer_free(b);
+		if (round == 0)
+			printf("list of %d records, none encoded yet: %.2f ms\n",
+			    N, t0 * 1e3);
+		else if (t0 < best)
+			best = t0;
+	}
+	printf("list of %d records: %.2f ms (best of 4), %zu bytes\n", N,
+	    best * 1e3, len);
+}
+
+static int
+setup_sessions(void **state)
+{
+	(void)state;
+	init();
+	/* Session "k<i>" for record i; every third record is released or
+	 * releasing (its session has no live sandbox), and "k0" to "k9" also
+	 * get a second, live record. */
+	for (size_t i = 0; i < N; i++) {
+		struct sandbox *sb = sandbox_new(sandbox_types_find("minimal"));
+		char id[16];
+
+		snprintf(id, sizeof id, "k%zu", i);
+		sessions_bind(sb, id);
+		sb->state = i % 3 != 0 ? SB_RUNNING : i % 2 == 0 ?
+		    SB_RELEASED : SB_RELEASING;
+	}
+	for (size_t i = 0; i < 10; i++) {
+		struct sandbox *sb = sandbox_new(sandbox_types_find("minimal"));
+		char id[16];
+
+		snprintf(id, sizeof id, "k%zu", i);
+		sessions_bind(sb, id);
+		sb->state = SB_WARM;
+	}
+	return 0;
+}
+
+static int
+has_key(json_t *keys, const char *id)
+{
+	size_t i, found = 0;
+	json_t *k;
+
+	json_array_foreach(keys, i, k)
+		found += strcmp(json_string_value(k), id) == 0;
+	assert_true(found <= 1);
+	return found == 1;
+}
+
+static void
+test_keys_are_the_live_sessions(void **state)
+{
+	json_t *keys = sessions_keys();
+	size_t want = 0;
+
+	(void)state;
+	for (size_t i = 0; i < N; i++) {
+		char id[16];
+		int live = i % 3 != 0 || i < 10;
+
+		snprintf(id, sizeof id, "k%zu", i);
+		assert_int_equal(has_key(keys, id), live);
+		want += live;
+	}
+	assert_int_equal(json_array_size(keys), want);
+	assert_int_equal(sessions_count(), want);
+	json_decref(keys);
+}
+
+static void
+test_time_of_1000_sessions(void **state)
+{
+	double best = 1e9;
+
+	(void)state;
+	for (int round = 0; round < 5; round++) {
+		double t0 = seconds();
+		json_t *keys = sessions_keys();
+		char *text = json_dumps(keys, JSON_COMPACT);
+
 		if (seconds() - t0 < best)
 			best = seconds() - t0;
-		len = strlen(text);
 		free(text);
-		json_decref(a);
+		json_decref(keys);
 	}
-	printf("list of %d records: built and encoded in %.2f ms (best of 5), "
-	    "%zu bytes\n", N, best * 1e3, len);
+	printf("list_session_keys over %d sessions: %.2f ms (best of 5)\n", N,
+	    best * 1e3);
 }
 
 int
@@ -207,9 +384,16 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_filters_and_total),
 		cmocka_unit_test(test_paging),
+		cmocka_unit_test(test_kept_encoding_follows_changes),
 		cmocka_unit_test(test_bad_values_are_400),
 		cmocka_unit_test(test_time_of_a_1000_record_answer),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	const struct CMUnitTest session_tests[] = {
+		cmocka_unit_test(test_keys_are_the_live_sessions),
+		cmocka_unit_test(test_time_of_1000_sessions),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown) |
+	    cmocka_run_group_tests(session_tests, setup_sessions, teardown);
 }
