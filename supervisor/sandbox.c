@@ -95,6 +95,8 @@ sandbox_free(struct sandbox *sb)
 	json_decref(sb->meta);
 	json_decref(sb->environment);
 	free(sb->last_error);
+	free(sb->owner);
+	json_decref(sb->shared);
 	/* The token lived in this record; do not leave it in freed memory. */
 	explicit_bzero(sb->token, sizeof sb->token);
 	free(sb);
@@ -130,6 +132,16 @@ is_hex(const char *s)
 
 struct sandbox *
 sandbox_find(const char *identity)
+{
+	struct sandbox *sb = sandbox_find_local(identity);
+
+	if (sb == NULL && identity != NULL && shared_enabled())
+		sb = shared_find(identity);
+	return sb;
+}
+
+struct sandbox *
+sandbox_find_local(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
 	size_t n;
