@@ -279,6 +279,12 @@ sandbox_url(const struct sandbox *sb)
 {
 	const char *host = sd.cfg.host;
 
+	/* Another instance's: where its owner published it. */
+	if (sb->port > 0 && shared_is_remote(sb) &&
+	    strncmp(sb->agent_addr, "unix:", 5) != 0)
+		return xasprintf("http://%s", sb->agent_addr);
+	if (sb->port > 0 && sd.cfg.redis_enabled && sd.cfg.advertise_addr != NULL)
+		return xasprintf("http://%s:%d", sd.cfg.advertise_addr, sb->port);
 	if (sb->port > 0)
 		return xasprintf("http://127.0.0.1:%d", sb->port);
 	/* No network: the agent is reached through our proxy, which also

@@ -51,6 +51,18 @@ parse_state(const char *s, enum sandbox_state *out, struct error *err)
 	return -1;
 }
 
+/* Ours, then (REDIS_ENABLED) the other instances'. */
+static struct sandbox *
+next_listed(struct sandbox *sb)
+{
+	struct sandbox *n = sb == NULL ? sandbox_first() : sandbox_next(sb);
+
+	if (n == NULL && (sb == NULL || !shared_is_remote(sb)) &&
+	    shared_enabled())
+		n = shared_first();
+	return n;
+}
+
 json_t *
 sandbox_list_json(const struct sandbox_query *q, struct error *err)
 {
@@ -79,7 +91,7 @@ sandbox_list_json(const struct sandbox_query *q, struct error *err)
 		return NULL;
 
 	list = json_array();
-	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+	for (sb = next_listed(NULL); sb != NULL; sb = next_listed(sb)) {
 		if (sb->state == SB_RELEASED && !with_released && q->state == NULL)
 			continue;
 		if (type != NULL && strcmp(sb->type_name, type->name) != 0)

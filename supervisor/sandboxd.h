@@ -554,6 +554,8 @@ void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
 void shared_flush(void (*done)(void *arg), void *arg);
 int shared_is_remote(const struct sandbox *sb);
 struct sandbox *shared_find(const char *identity);
+/* The other instances' records (sandbox_next walks on). */
+struct sandbox *shared_first(void);
 void shared_session_names(const char *session, json_t *names);
 void shared_session_keys(json_t *keys);
 size_t shared_count_live(void);

@@ -34,6 +34,8 @@
 
 #define LEASE_MS 15000
 #define TICK_S 1.0
+/* Seconds an expired session with nothing left stays in heartbeats. */
+#define HEARTBEAT_GRACE 60.0
 
 /* Records of the other instances; each holds the list's reference. */
 static struct sandbox_list mirror = TAILQ_HEAD_INITIALIZER(mirror);
@@ -535,6 +537,9 @@ record_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	}
 	f = reply_fields(r);
 	sb = sandbox_find_local(name);
+	/* Released while Redis was away: its record goes now. */
+	if (sb != NULL && sb->state == SB_RELEASED)
+		sb = NULL;
 	if (sb != NULL) {
 		if (json_object_size(f) > 0)
 			own_apply(sb, f);
@@ -623,20 +628,36 @@ members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 void
 shared_records_connected(void)
 {
+	const char *session;
+	json_t *saved, *v;
 	char *names;
 
 	if (!shared_up())
 		return;
-	/* Write everything of ours again: Redis may have lost it. */
+	/* Write everything of ours again: Redis may have lost it. Those
+	 * released meanwhile are deleted (write_record) instead. */
 	for (struct sandbox *sb = sandbox_first(); sb != NULL;
 	    sb = sandbox_next(sb)) {
-		json_decref(sb->shared);
-		sb->shared = NULL;
+		if (sb->state != SB_RELEASED && sb->state != SB_RELEASING) {
+			json_decref(sb->shared);
+			sb->shared = NULL;
+		}
 		write_record(sb, NULL, NULL);
 	}
+	/* And the sessions' last activity, which the reaper reads. */
+	saved = sessions_save();
+	json_object_foreach(saved, session, v)
+		shared_touch_session(session, json_number_value(v));
+	json_decref(saved);
 	names = shared_key("sandboxes");
 	shared_command(members_cb, NULL, "SMEMBERS %s", names);
 	free(names);
+}
+
+struct sandbox *
+shared_first(void)
+{
+	return TAILQ_FIRST(&mirror);
 }
 
 struct sandbox *
@@ -944,20 +965,28 @@ heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 
 		if (now - last <= timeout)
 			continue;
+		/* Live ones only: those being released are not again. */
 		names = sessions_mapping(session);
-		log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT %.0f): "
-		    "releasing its %zu sandboxes", session, now - last, timeout,
-		    json_array_size(names));
+		if (json_array_size(names) > 0)
+			log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT "
+			    "%.0f): releasing its %zu sandboxes", session,
+			    now - last, timeout, json_array_size(names));
 		json_array_foreach(names, i, name) {
 			struct sandbox *sb = sandbox_find(json_string_value(name));
 
 			if (sb != NULL)
 				lifecycle_release(sb, reap_release_cb, NULL);
 		}
+		/* Kept a while: a sandbox of it another instance is still
+		 * creating is not in the mapping yet. */
+		if (json_array_size(names) == 0 &&
+		    now - last > timeout + HEARTBEAT_GRACE) {
+			key = shared_key("heartbeats");
+			shared_command(ignore_cb, NULL, "HDEL %s %s", key,
+			    session);
+			free(key);
+		}
 		json_decref(names);
-		key = shared_key("heartbeats");
-		shared_command(ignore_cb, NULL, "HDEL %s %s", key, session);
-		free(key);
 	}
 	json_decref(f);
 }
