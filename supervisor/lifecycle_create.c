@@ -430,6 +430,8 @@ undo_finish(struct lifecycle_op *op)
 		ports_release(sd.ports, sb->port);
 	sb->port = 0;
 	sb->state = SB_RELEASED;
+	if (shared_enabled())
+		shared_unreserve(sb->name);
 	/* Whoever asked for a release meanwhile got what they wanted. */
 	sb->release_requested = 0;
 	lifecycle_notify_waiters(sb, NULL);
@@ -532,11 +534,35 @@ environment_strings(json_t *env)
 	return out;
 }
 
+static void
+begin(struct lifecycle_op *op)
+{
+	struct sandbox *sb = op->sb;
+
+	if (op->restore) {
+		log_info("sandbox %s: restoring the workspace from %s", sb->name,
+		    sb->storage_path);
+		workspace_copy(sb->storage_path, sb->mount_dir, restored_cb, op);
+	} else {
+		start_container(op);
+	}
+}
+
+static void
+reserved_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)sb;
+	if (err != NULL)
+		create_failed(arg, err);
+	else
+		begin(arg);
+}
+
 struct sandbox *
 lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
 {
-	char *mount = NULL, *storage = NULL, *restore = NULL;
+	char *mount = NULL, *storage = NULL;
 	struct lifecycle_op *op;
 	struct sandbox *sb;
 	int port = 0;
@@ -603,15 +629,13 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
-	if (storage != NULL && creq->storage_path != NULL &&
-	    workspace_is_dir(storage))
-		restore = storage;
-	if (restore != NULL) {
-		log_info("sandbox %s: restoring the workspace from %s", sb->name,
-		    restore);
-		workspace_copy(restore, sb->mount_dir, restored_cb, op);
-	} else {
-		start_container(op);
-	}
+	op->restore = storage != NULL && creq->storage_path != NULL &&
+	    workspace_is_dir(storage);
+	/* With Redis the limit counts every instance's, in one atomic
+	 * step there. */
+	if (shared_enabled() && sd.cfg.max_instances > 0)
+		shared_reserve(sb, reserved_cb, op);
+	else
+		begin(op);
 	return sb;
 }

@@ -568,6 +568,10 @@ void shared_release_remote(struct sandbox *sb, sandbox_done_cb done,
 int shared_take(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err);
 void shared_touch_session(const char *session, double when);
+/* Count sb against MAX_SANDBOX_INSTANCES of all instances: done(sb,
+ * NULL) with a place, done(sb, err) with 503 when full. */
+void shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg);
+void shared_unreserve(const char *name);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
 

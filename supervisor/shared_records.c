@@ -11,6 +11,8 @@
  * (field "release") the owner carries out. Keys, all under the prefix:
  *   sb:<name>            hash: the record
  *   sandboxes            set: every record's name
+ *   live                 hash: name -> owner of every live sandbox (what
+ *                        MAX_SANDBOX_INSTANCES counts)
  *   session:<id>         set: names bound to the session
  *   heartbeats           hash: session -> last activity (epoch seconds)
  *   <pool key>:<type>    list: warm sandboxes of a type, taken with LPOP
@@ -50,6 +52,7 @@ static const char *const fields[] = {
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
 static void ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg);
+static void live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
 
 int
 shared_is_remote(const struct sandbox *sb)
@@ -156,6 +159,7 @@ delete_record(const char *name, json_t *last)
 
 	shared_command(ignore_cb, NULL, "DEL %s", key);
 	shared_command(ignore_cb, NULL, "SREM %s %s", names, name);
+	shared_unreserve(name);
 	if (*session != '\0') {
 		char *skey = shared_key("session:%s", session);
 
@@ -226,6 +230,10 @@ write_record(struct sandbox *sb, shared_reply_cb cb, void *arg)
 
 			shared_command(ignore_cb, NULL, "SADD %s %s", names,
 			    sb->name);
+			free(names);
+			names = shared_key("live");
+			shared_command(ignore_cb, NULL, "HSET %s %s %s", names,
+			    sb->name, state_instance());
 			free(names);
 			if (sb->port > 0 && sd.cfg.advertise_addr != NULL) {
 				char *ports = shared_key("%s:%s",
@@ -652,6 +660,9 @@ shared_records_connected(void)
 	names = shared_key("sandboxes");
 	shared_command(members_cb, NULL, "SMEMBERS %s", names);
 	free(names);
+	names = shared_key("live");
+	shared_command(live_cb, NULL, "HGETALL %s", names);
+	free(names);
 }
 
 struct sandbox *
@@ -717,8 +728,9 @@ shared_count_live(void)
 	return n;
 }
 
-/* A release of a sandbox another instance owns: asked of its owner. */
-struct remote_release {
+/* An answer to give a sandbox_done_cb after a Redis round trip (or, when
+ * Redis is down, on the loop's next turn); holds a reference to sb. */
+struct answer {
 	struct sandbox *sb;
 	sandbox_done_cb done;
 	void *arg;
@@ -726,49 +738,58 @@ struct remote_release {
 	int failed;
 };
 
-static void
-remote_released(struct remote_release *rr)
+static struct answer *
+answer_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	if (rr->done != NULL)
-		rr->done(rr->sb, rr->failed ? &rr->err : NULL, rr->arg);
-	sandbox_unref(rr->sb);
-	free(rr);
+	struct answer *an = xcalloc(1, sizeof *an);
+
+	an->sb = sb;
+	an->done = done;
+	an->arg = arg;
+	sandbox_ref(sb);
+	return an;
 }
 
 static void
-remote_release_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+answer_give(struct answer *an)
 {
-	struct remote_release *rr = arg;
-
-	(void)ac;
-	if (reply == NULL) {
-		rr->failed = 1;
-		shared_lost_error(&rr->err);
-	}
-	remote_released(rr);
+	if (an->done != NULL)
+		an->done(an->sb, an->failed ? &an->err : NULL, an->arg);
+	sandbox_unref(an->sb);
+	free(an);
 }
 
 static void
-remote_release_later_cb(evutil_socket_t fd, short what, void *arg)
+answer_later_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	remote_released(arg);
+	answer_give(arg);
+}
+
+/* A release of a sandbox another instance owns: asked of its owner. */
+static void
+remote_release_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct answer *an = arg;
+
+	(void)ac;
+	if (reply == NULL) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+	}
+	answer_give(an);
 }
 
 void
 shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	struct remote_release *rr = xcalloc(1, sizeof *rr);
+	struct answer *an = answer_new(sb, done, arg);
 	char *key = shared_key("sb:%s", sb->name);
 
-	rr->sb = sb;
-	rr->done = done;
-	rr->arg = arg;
-	sandbox_ref(sb);
-	if (shared_down_error(&rr->err) < 0) {
-		rr->failed = 1;
-		sandboxd_defer(remote_release_later_cb, rr);
+	if (shared_down_error(&an->err) < 0) {
+		an->failed = 1;
+		sandboxd_defer(answer_later_cb, an);
 		free(key);
 		return;
 	}
@@ -776,7 +797,7 @@ shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	sb->state = SB_RELEASING;
 	shared_command(ignore_cb, NULL, "HSET %s release 1 state releasing",
 	    key);
-	announce(sb->name, remote_release_cb, rr);
+	announce(sb->name, remote_release_cb, an);
 	free(key);
 }
 
@@ -919,6 +940,88 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
 	free(prefix);
 	free(sprefix);
 	return 0;
+}
+
+/* The live-sandbox count of every instance, MAX_SANDBOX_INSTANCES. */
+static const char reserve_script[] =
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 1 end "
+    "if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then "
+    "return redis.call('HLEN', KEYS[1]) * -1 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
+
+static void
+reserved_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct answer *an = arg;
+	redisReply *r = reply;
+
+	(void)ac;
+	if (r == NULL) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+	} else if (r->type != REDIS_REPLY_INTEGER) {
+		an->failed = 1;
+		error_set(&an->err, 500, "shared instance count: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
+	} else if (r->integer <= 0) {
+		an->failed = 1;
+		error_set(&an->err, 503, "the instance limit is reached: %lld "
+		    "live sandboxes on all instances (MAX_SANDBOX_INSTANCES=%ld)",
+		    -r->integer, sd.cfg.max_instances);
+	}
+	answer_give(an);
+}
+
+void
+shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct answer *an = answer_new(sb, done, arg);
+	char *key = shared_key("live"), max[32];
+
+	snprintf(max, sizeof max, "%ld", sd.cfg.max_instances);
+	if (shared_command(reserved_cb, an, "EVAL %s 1 %s %s %s %s",
+	    reserve_script, key, sb->name, state_instance(), max) < 0) {
+		an->failed = 1;
+		shared_down_error(&an->err);
+		sandboxd_defer(answer_later_cb, an);
+	}
+	free(key);
+}
+
+void
+shared_unreserve(const char *name)
+{
+	char *key = shared_key("live");
+
+	shared_command(ignore_cb, NULL, "HDEL %s %s", key, name);
+	free(key);
+}
+
+/* Places of ours that no sandbox holds (a crash between the place and
+ * the record) are given back. */
+static void
+live_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	redisReply *r = reply;
+	json_t *f;
+	const char *name;
+	json_t *v;
+
+	(void)ac;
+	(void)arg;
+	if (r == NULL || !sd.ready)
+		return;
+	f = reply_fields(r);
+	json_object_foreach(f, name, v) {
+		struct sandbox *sb;
+
+		if (strcmp(json_string_value(v), state_instance()) != 0)
+			continue;
+		sb = sandbox_find_local(name);
+		if (sb == NULL || sb->state == SB_RELEASED)
+			shared_unreserve(name);
+	}
+	json_decref(f);
 }
 
 /* Sessions: activity from every instance, one reaper at a time. */

@@ -179,6 +179,32 @@ def test_concurrent_pool_takes_never_hand_out_one_twice(pair, redis):
         assert info["session_ctx_id"] == f"c{i}", (name, info)
 
 
+def test_instance_limit_counts_every_instance(pair, redis):
+    a, b = pair(MAX_SANDBOX_INSTANCES=3)
+
+    def create(i):
+        s = a if i % 2 == 0 else b
+        r = s.post("/v1/sandboxes", {"type": "minimal"})
+        return r.status_code, r.json()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        answers = list(ex.map(create, range(8)))
+    made = [body["container_name"] for status, body in answers
+            if status == 201]
+    refused = [body["detail"] for status, body in answers if status == 503]
+    assert len(made) == 3, answers
+    assert len(refused) == 5
+    assert all("MAX_SANDBOX_INSTANCES=3" in d for d in refused), refused
+    assert len(redis.cli("HKEYS", f"t{redis.port}:live")) == 3
+    # A place freed on one instance is free for the other.
+    assert RemoteManager(b.url).release(made[0]) is True
+    wait_until(lambda: len(redis.cli("HKEYS", f"t{redis.port}:live")) == 2,
+               30, what="place given back")
+    r = (a if made[0].startswith("rdb-") else b).post(
+        "/v1/sandboxes", {"type": "minimal"})
+    assert r.status_code == 201, r.text
+
+
 def test_owner_killed_then_restarted(pair, redis):
     a, b = pair(POOL_SIZE=1)
     mgr_b = RemoteManager(b.url)
