@@ -232,8 +232,12 @@ def test_owner_killed_then_restarted(pair, redis):
                                                         a.containers())
     assert before <= set(a.containers())
     pool_key = f"t{redis.port}:container_pool:minimal"
-    wait_until(lambda: len(redis.cli("LRANGE", pool_key, "0", "-1")) == 2,
-               30, what="pools refilled")
+    try:
+        wait_until(lambda: len(redis.cli("LRANGE", pool_key, "0", "-1")) == 2,
+                   60, what="pools refilled")
+    except AssertionError:
+        raise AssertionError(str(redis.cli("LRANGE", pool_key, "0", "-1"))
+                             + a.read_log()[-3000:] + b.read_log()[-2000:])
     assert mgr_b.release(sid) is True
     wait_until(lambda: sid not in a.containers(), 30, what="released by A")
 
