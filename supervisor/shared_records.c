@@ -864,9 +864,14 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		take_free(t);
 		return;
 	}
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING) {
-		/* Empty: a new one, as without Redis. */
+	name = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
+	    NULL;
+	sb = name != NULL ? sandbox_find_local(name) : NULL;
+	/* Empty, or one of ours on its way out whose record was not yet
+	 * written: a new one, as without Redis. */
+	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
+	    sb->op != NULL))) {
 		metrics_count(M_POOL_MISSES, t->creq.type->name);
 		pool_refill();
 		if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
@@ -874,9 +879,8 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		take_free(t);
 		return;
 	}
-	name = r->element[0]->str;
 	f = reply_fields(r->element[1]);
-	if ((sb = sandbox_find_local(name)) != NULL) {
+	if (sb != NULL) {
 		json_decref(sb->shared);
 		sb->shared = json_incref(f);
 		sandbox_set_state(sb, SB_RUNNING);
