@@ -186,10 +186,25 @@ delete_record(const char *name, json_t *last)
 	free(names);
 }
 
+static int write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg);
+
 /* Write what changed in the record of sb (ours); cb (may be NULL) runs
- * with the answer to the announcement. 0 when nothing was sent. */
+ * with the answer to an announcement of sb, also when nothing changed.
+ * -1 when cb was given and will not run (the command was refused). */
 static int
 write_record(struct sandbox *sb, shared_reply_cb cb, void *arg)
+{
+	int rc = write_changes(sb, cb, arg);
+
+	if (rc == 0 && cb != NULL)
+		return announce(sb->name, cb, arg);
+	return rc < 0 ? -1 : 0;
+}
+
+/* 1: announced (with cb when given), 0: nothing to write, -1: cb was
+ * given and refused. */
+static int
+write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 {
 	const char *argv[2 + 2 * NFIELDS];
 	json_t *f, *last = sb->shared;
@@ -200,7 +215,8 @@ write_record(struct sandbox *sb, shared_reply_cb cb, void *arg)
 		if (last != NULL && strcmp(field(last, "state"), "gone") != 0) {
 			delete_record(sb->name, last);
 			json_object_set_new(last, "state", json_string("gone"));
-			return 1;
+			/* Announced without cb: write_record does it with. */
+			return cb != NULL ? 0 : 1;
 		}
 		return 0;
 	}
@@ -275,9 +291,10 @@ write_record(struct sandbox *sb, shared_reply_cb cb, void *arg)
 	json_decref(sb->shared);
 	sb->shared = f;
 	free(key);
-	if (published || cb != NULL)
-		announce(sb->name, cb != NULL ? cb : ignore_cb, arg);
-	return published;
+	if (!published)
+		return 0;
+	return announce(sb->name, cb != NULL ? cb : ignore_cb, arg) < 0 &&
+	    cb != NULL ? -1 : 1;
 }
 
 static void
@@ -375,11 +392,9 @@ shared_publish(struct sandbox *sb, shared_done_cb done, void *arg)
 	w->done = done;
 	w->arg = arg;
 	sandbox_ref(sb);
-	if (!shared_up()) {
+	/* Down (or going down): the others learn at the re-publish. */
+	if (!shared_up() || write_record(sb, published_cb, w) < 0)
 		sandboxd_defer(publish_later_cb, w);
-		return;
-	}
-	write_record(sb, published_cb, w);
 }
 
 /* The mirror. */
@@ -797,7 +812,11 @@ shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	sb->state = SB_RELEASING;
 	shared_command(ignore_cb, NULL, "HSET %s release 1 state releasing",
 	    key);
-	announce(sb->name, remote_release_cb, an);
+	if (announce(sb->name, remote_release_cb, an) < 0) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+		sandboxd_defer(answer_later_cb, an);
+	}
 	free(key);
 }
 
