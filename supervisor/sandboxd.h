@@ -17,7 +17,9 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
- * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
+ * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker),
+ * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
+ * sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H

@@ -32,12 +32,11 @@
 #include <hiredis/async.h>
 
 #include "log.h"
+#include "shared_internal.h"
 #include "xmalloc.h"
 
 #define LEASE_MS 15000
 #define TICK_S 1.0
-/* Seconds an expired session with nothing left stays in heartbeats. */
-#define HEARTBEAT_GRACE 60.0
 
 /* Records of the other instances; each holds the list's reference. */
 static struct sandbox_list mirror = TAILQ_HEAD_INITIALIZER(mirror);
@@ -51,8 +50,6 @@ static const char *const fields[] = {
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
-static void ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg);
-static void live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
 
 int
 shared_is_remote(const struct sandbox *sb)
@@ -108,16 +105,16 @@ record_fields(const struct sandbox *sb)
 	return f;
 }
 
-static const char *
-field(json_t *f, const char *k)
+const char *
+shared_field(json_t *f, const char *k)
 {
 	const char *v = json_string_value(json_object_get(f, k));
 
 	return v != NULL ? v : "";
 }
 
-static char *
-pool_key(const char *type)
+char *
+shared_pool_key(const char *type)
 {
 	return shared_key("%s:%s", sd.cfg.redis_pool_key, type);
 }
@@ -133,14 +130,14 @@ announce(const char *name, shared_reply_cb cb, void *arg)
 	return rc;
 }
 
-static void
-publish(const char *name)
+void
+shared_announce(const char *name)
 {
-	announce(name, ignore_cb, NULL);
+	announce(name, shared_ignore_cb, NULL);
 }
 
-static void
-ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+void
+shared_ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	redisReply *r = reply;
 
@@ -155,33 +152,33 @@ static void
 delete_record(const char *name, json_t *last)
 {
 	char *key = shared_key("sb:%s", name), *names = shared_key("sandboxes");
-	const char *session = last != NULL ? field(last, "session") : "";
+	const char *session = last != NULL ? shared_field(last, "session") : "";
 
-	shared_command(ignore_cb, NULL, "DEL %s", key);
-	shared_command(ignore_cb, NULL, "SREM %s %s", names, name);
+	shared_command(shared_ignore_cb, NULL, "DEL %s", key);
+	shared_command(shared_ignore_cb, NULL, "SREM %s %s", names, name);
 	shared_unreserve(name);
 	if (*session != '\0') {
 		char *skey = shared_key("session:%s", session);
 
-		shared_command(ignore_cb, NULL, "SREM %s %s", skey, name);
+		shared_command(shared_ignore_cb, NULL, "SREM %s %s", skey, name);
 		free(skey);
 	}
-	if (last != NULL && *field(last, "type") != '\0') {
-		char *pkey = pool_key(field(last, "type"));
+	if (last != NULL && *shared_field(last, "type") != '\0') {
+		char *pkey = shared_pool_key(shared_field(last, "type"));
 
-		shared_command(ignore_cb, NULL, "LREM %s 0 %s", pkey, name);
+		shared_command(shared_ignore_cb, NULL, "LREM %s 0 %s", pkey, name);
 		free(pkey);
 	}
-	if (last != NULL && strcmp(field(last, "port"), "0") != 0 &&
+	if (last != NULL && strcmp(shared_field(last, "port"), "0") != 0 &&
 	    sd.cfg.advertise_addr != NULL) {
 		char *ports = shared_key("%s:%s", sd.cfg.redis_port_key,
 		    sd.cfg.advertise_addr);
 
-		shared_command(ignore_cb, NULL, "SREM %s %s", ports,
-		    field(last, "port"));
+		shared_command(shared_ignore_cb, NULL, "SREM %s %s", ports,
+		    shared_field(last, "port"));
 		free(ports);
 	}
-	publish(name);
+	shared_announce(name);
 	free(key);
 	free(names);
 }
@@ -212,7 +209,7 @@ write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 	char *key;
 
 	if (sb->state == SB_RELEASED || sb->state == SB_RELEASING) {
-		if (last != NULL && strcmp(field(last, "state"), "gone") != 0) {
+		if (last != NULL && strcmp(shared_field(last, "state"), "gone") != 0) {
 			delete_record(sb->name, last);
 			json_object_set_new(last, "state", json_string("gone"));
 			/* Announced without cb: write_record does it with. */
@@ -228,61 +225,61 @@ write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 	argv[0] = "HSET";
 	argv[1] = key;
 	for (size_t i = 0; i < NFIELDS; i++) {
-		const char *v = field(f, fields[i]);
+		const char *v = shared_field(f, fields[i]);
 
-		if (last != NULL && strcmp(field(last, fields[i]), v) == 0)
+		if (last != NULL && strcmp(shared_field(last, fields[i]), v) == 0)
 			continue;
 		argv[argc++] = fields[i];
 		argv[argc++] = v;
 	}
 	if (argc > 2) {
-		const char *old_session = last != NULL ? field(last, "session") :
+		const char *old_session = last != NULL ? shared_field(last, "session") :
 		    "";
-		const char *old_state = last != NULL ? field(last, "state") : "";
+		const char *old_state = last != NULL ? shared_field(last, "state") : "";
 
-		shared_command_argv(ignore_cb, NULL, argc, argv, NULL);
+		shared_command_argv(shared_ignore_cb, NULL, argc, argv, NULL);
 		if (last == NULL) {
 			char *names = shared_key("sandboxes");
 
-			shared_command(ignore_cb, NULL, "SADD %s %s", names,
+			shared_command(shared_ignore_cb, NULL, "SADD %s %s", names,
 			    sb->name);
 			free(names);
 			names = shared_key("live");
-			shared_command(ignore_cb, NULL, "HSET %s %s %s", names,
+			shared_command(shared_ignore_cb, NULL, "HSET %s %s %s", names,
 			    sb->name, state_instance());
 			free(names);
 			if (sb->port > 0 && sd.cfg.advertise_addr != NULL) {
 				char *ports = shared_key("%s:%s",
 				    sd.cfg.redis_port_key, sd.cfg.advertise_addr);
 
-				shared_command(ignore_cb, NULL, "SADD %s %d",
+				shared_command(shared_ignore_cb, NULL, "SADD %s %d",
 				    ports, sb->port);
 				free(ports);
 			}
 		}
-		if (strcmp(old_session, field(f, "session")) != 0) {
+		if (strcmp(old_session, shared_field(f, "session")) != 0) {
 			if (*old_session != '\0') {
 				char *s = shared_key("session:%s", old_session);
 
-				shared_command(ignore_cb, NULL, "SREM %s %s", s,
+				shared_command(shared_ignore_cb, NULL, "SREM %s %s", s,
 				    sb->name);
 				free(s);
 			}
 			if (sb->session != NULL) {
 				char *s = shared_key("session:%s", sb->session);
 
-				shared_command(ignore_cb, NULL, "SADD %s %s", s,
+				shared_command(shared_ignore_cb, NULL, "SADD %s %s", s,
 				    sb->name);
 				free(s);
 			}
 		}
 		if (sb->state == SB_WARM && strcmp(old_state, "warm") != 0) {
-			char *p = pool_key(sb->type_name);
+			char *p = shared_pool_key(sb->type_name);
 
 			/* Idempotent: a re-publish must not queue it twice. */
-			shared_command(ignore_cb, NULL, "LREM %s 0 %s", p,
+			shared_command(shared_ignore_cb, NULL, "LREM %s 0 %s", p,
 			    sb->name);
-			shared_command(ignore_cb, NULL, "RPUSH %s %s", p,
+			shared_command(shared_ignore_cb, NULL, "RPUSH %s %s", p,
 			    sb->name);
 			free(p);
 		}
@@ -293,7 +290,7 @@ write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 	free(key);
 	if (!published)
 		return 0;
-	return announce(sb->name, cb != NULL ? cb : ignore_cb, arg) < 0 &&
+	return announce(sb->name, cb != NULL ? cb : shared_ignore_cb, arg) < 0 &&
 	    cb != NULL ? -1 : 1;
 }
 
@@ -399,8 +396,8 @@ shared_publish(struct sandbox *sb, shared_done_cb done, void *arg)
 
 /* The mirror. */
 
-static struct sandbox *
-mirror_get(const char *name)
+struct sandbox *
+shared_mirror_get(const char *name)
 {
 	struct sandbox *sb;
 
@@ -436,8 +433,8 @@ dup_or_null(const char *s)
 }
 
 /* Fields of an HGETALL answer as an object. New reference. */
-static json_t *
-reply_fields(redisReply *r)
+json_t *
+shared_reply_fields(redisReply *r)
 {
 	json_t *f = json_object();
 
@@ -453,26 +450,26 @@ reply_fields(redisReply *r)
 }
 
 /* Bring a mirror record up to f (the record in Redis). */
-static void
-mirror_apply(struct sandbox *sb, json_t *f)
+void
+shared_mirror_apply(struct sandbox *sb, json_t *f)
 {
-	json_t *meta = json_loads(field(f, "meta"), 0, NULL);
+	json_t *meta = json_loads(shared_field(f, "meta"), 0, NULL);
 
 	free(sb->owner);
-	sb->owner = xstrdup(field(f, "owner"));
+	sb->owner = xstrdup(shared_field(f, "owner"));
 	free(sb->type_name);
-	sb->type_name = xstrdup(field(f, "type"));
+	sb->type_name = xstrdup(shared_field(f, "type"));
 	sb->type = sandbox_types_find(sb->type_name);
 	free(sb->image);
-	sb->image = xstrdup(field(f, "image"));
-	snprintf(sb->id, sizeof sb->id, "%s", field(f, "id"));
-	snprintf(sb->token, sizeof sb->token, "%s", field(f, "token"));
+	sb->image = xstrdup(shared_field(f, "image"));
+	snprintf(sb->id, sizeof sb->id, "%s", shared_field(f, "id"));
+	snprintf(sb->token, sizeof sb->token, "%s", shared_field(f, "token"));
 	free(sb->agent_addr);
-	sb->agent_addr = xstrdup(field(f, "agent"));
-	sb->port = atoi(field(f, "port"));
-	sb->state = parse_state(field(f, "state"));
+	sb->agent_addr = xstrdup(shared_field(f, "agent"));
+	sb->port = atoi(shared_field(f, "port"));
+	sb->state = parse_state(shared_field(f, "state"));
 	free(sb->session);
-	sb->session = dup_or_null(field(f, "session"));
+	sb->session = dup_or_null(shared_field(f, "session"));
 	if (json_is_object(meta)) {
 		json_decref(sb->meta);
 		sb->meta = meta;
@@ -480,20 +477,20 @@ mirror_apply(struct sandbox *sb, json_t *f)
 		json_decref(meta);
 	}
 	free(sb->container_id);
-	sb->container_id = dup_or_null(field(f, "container_id"));
+	sb->container_id = dup_or_null(shared_field(f, "container_id"));
 	free(sb->mount_dir);
-	sb->mount_dir = dup_or_null(field(f, "mount_dir"));
+	sb->mount_dir = dup_or_null(shared_field(f, "mount_dir"));
 	free(sb->storage_path);
-	sb->storage_path = dup_or_null(field(f, "storage_path"));
-	sb->timeout = atof(field(f, "timeout"));
-	sb->created_at = atof(field(f, "created_at"));
-	sb->updated_at = atof(field(f, "updated_at"));
+	sb->storage_path = dup_or_null(shared_field(f, "storage_path"));
+	sb->timeout = atof(shared_field(f, "timeout"));
+	sb->created_at = atof(shared_field(f, "created_at"));
+	sb->updated_at = atof(shared_field(f, "updated_at"));
 	json_decref(sb->shared);
 	sb->shared = json_incref(f);
 }
 
-static struct sandbox *
-mirror_add(const char *name, json_t *f)
+struct sandbox *
+shared_mirror_add(const char *name, json_t *f)
 {
 	struct sandbox *sb = xcalloc(1, sizeof *sb);
 
@@ -501,7 +498,7 @@ mirror_add(const char *name, json_t *f)
 	sb->meta = json_object();
 	sb->refs = 1;
 	sb->listed = 1;
-	mirror_apply(sb, f);
+	shared_mirror_apply(sb, f);
 	TAILQ_INSERT_TAIL(&mirror, sb, entry);
 	return sb;
 }
@@ -510,9 +507,9 @@ mirror_add(const char *name, json_t *f)
 static void
 own_apply(struct sandbox *sb, json_t *f)
 {
-	const char *state = field(f, "state"), *session = field(f, "session");
+	const char *state = shared_field(f, "state"), *session = shared_field(f, "session");
 
-	if (strcmp(field(f, "release"), "1") == 0 &&
+	if (strcmp(shared_field(f, "release"), "1") == 0 &&
 	    sb->state != SB_RELEASED && sb->state != SB_RELEASING) {
 		log_info("sandbox %s: release asked by another instance",
 		    sb->name);
@@ -521,7 +518,7 @@ own_apply(struct sandbox *sb, json_t *f)
 	}
 	/* Taken from the pool by another instance. */
 	if (sb->state == SB_WARM && strcmp(state, "running") == 0) {
-		json_t *meta = json_loads(field(f, "meta"), 0, NULL);
+		json_t *meta = json_loads(shared_field(f, "meta"), 0, NULL);
 
 		if (json_is_object(meta))
 			json_object_update(sb->meta, meta);
@@ -558,7 +555,7 @@ record_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		free(name);
 		return;
 	}
-	f = reply_fields(r);
+	f = shared_reply_fields(r);
 	sb = sandbox_find_local(name);
 	/* Released while Redis was away: its record goes now. */
 	if (sb != NULL && sb->state == SB_RELEASED)
@@ -567,14 +564,14 @@ record_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		if (json_object_size(f) > 0)
 			own_apply(sb, f);
 	} else if (json_object_size(f) == 0) {
-		if ((sb = mirror_get(name)) != NULL)
+		if ((sb = shared_mirror_get(name)) != NULL)
 			mirror_drop(sb);
-	} else if (strcmp(field(f, "owner"), state_instance()) == 0) {
+	} else if (strcmp(shared_field(f, "owner"), state_instance()) == 0) {
 		own_orphan(name, f);
-	} else if ((sb = mirror_get(name)) != NULL) {
-		mirror_apply(sb, f);
+	} else if ((sb = shared_mirror_get(name)) != NULL) {
+		shared_mirror_apply(sb, f);
 	} else {
-		mirror_add(name, f);
+		shared_mirror_add(name, f);
 	}
 	json_decref(f);
 	free(name);
@@ -676,7 +673,7 @@ shared_records_connected(void)
 	shared_command(members_cb, NULL, "SMEMBERS %s", names);
 	free(names);
 	names = shared_key("live");
-	shared_command(live_cb, NULL, "HGETALL %s", names);
+	shared_command(shared_live_cb, NULL, "HGETALL %s", names);
 	free(names);
 }
 
@@ -743,20 +740,10 @@ shared_count_live(void)
 	return n;
 }
 
-/* An answer to give a sandbox_done_cb after a Redis round trip (or, when
- * Redis is down, on the loop's next turn); holds a reference to sb. */
-struct answer {
-	struct sandbox *sb;
-	sandbox_done_cb done;
-	void *arg;
-	struct error err;
-	int failed;
-};
-
-static struct answer *
-answer_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
+struct shared_answer *
+shared_answer_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	struct answer *an = xcalloc(1, sizeof *an);
+	struct shared_answer *an = xcalloc(1, sizeof *an);
 
 	an->sb = sb;
 	an->done = done;
@@ -765,8 +752,8 @@ answer_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	return an;
 }
 
-static void
-answer_give(struct answer *an)
+void
+shared_answer_give(struct shared_answer *an)
 {
 	if (an->done != NULL)
 		an->done(an->sb, an->failed ? &an->err : NULL, an->arg);
@@ -774,380 +761,49 @@ answer_give(struct answer *an)
 	free(an);
 }
 
-static void
-answer_later_cb(evutil_socket_t fd, short what, void *arg)
+void
+shared_answer_later_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	answer_give(arg);
+	shared_answer_give(arg);
 }
 
 /* A release of a sandbox another instance owns: asked of its owner. */
 static void
 remote_release_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
-	struct answer *an = arg;
+	struct shared_answer *an = arg;
 
 	(void)ac;
 	if (reply == NULL) {
 		an->failed = 1;
 		shared_lost_error(&an->err);
 	}
-	answer_give(an);
+	shared_answer_give(an);
 }
 
 void
 shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	struct answer *an = answer_new(sb, done, arg);
+	struct shared_answer *an = shared_answer_new(sb, done, arg);
 	char *key = shared_key("sb:%s", sb->name);
 
 	if (shared_down_error(&an->err) < 0) {
 		an->failed = 1;
-		sandboxd_defer(answer_later_cb, an);
+		sandboxd_defer(shared_answer_later_cb, an);
 		free(key);
 		return;
 	}
 	/* Gone for clients at once; the owner removes the container. */
 	sb->state = SB_RELEASING;
-	shared_command(ignore_cb, NULL, "HSET %s release 1 state releasing",
+	shared_command(shared_ignore_cb, NULL, "HSET %s release 1 state releasing",
 	    key);
 	if (announce(sb->name, remote_release_cb, an) < 0) {
 		an->failed = 1;
 		shared_lost_error(&an->err);
-		sandboxd_defer(answer_later_cb, an);
+		sandboxd_defer(shared_answer_later_cb, an);
 	}
-	free(key);
-}
-
-/* Taking from the shared pool: the oldest warm sandbox of the type,
- * whoever owns it, marked running for the session in the same step. */
-static const char take_script[] =
-    "while true do "
-    "local name = redis.call('LPOP', KEYS[1]) "
-    "if not name then return nil end "
-    "local k = ARGV[1] .. name "
-    "if redis.call('HGET', k, 'state') == 'warm' then "
-    "redis.call('HSET', k, 'state', 'running', 'session', ARGV[2], "
-    "'updated_at', ARGV[3]) "
-    "if ARGV[2] ~= '' then redis.call('SADD', ARGV[4] .. ARGV[2], name) end "
-    "return {name, redis.call('HGETALL', k)} "
-    "end end";
-
-struct take {
-	struct create_request creq;	/* owns session and meta */
-	char *session;
-	json_t *meta;
-	sandbox_done_cb done;
-	void *arg;
-};
-
-static void
-take_free(struct take *t)
-{
-	free(t->session);
-	json_decref(t->meta);
-	free(t);
-}
-
-static void
-take_failed_later_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct take *t = arg;
-	struct error err;
-
-	(void)fd;
-	(void)what;
-	shared_lost_error(&err);
-	t->done(NULL, &err, t->arg);
-	take_free(t);
-}
-
-static void
-taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	struct take *t = arg;
-	redisReply *r = reply;
-	struct sandbox *sb;
-	struct error err;
-	const char *name;
-	json_t *f;
-
-	(void)ac;
-	if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-		if (r != NULL)
-			error_set(&err, 500, "shared pool take failed: %s", r->str);
-		else
-			shared_lost_error(&err);
-		t->done(NULL, &err, t->arg);
-		take_free(t);
-		return;
-	}
-	name = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
-	    NULL;
-	sb = name != NULL ? sandbox_find_local(name) : NULL;
-	/* Empty, or one of ours on its way out whose record was not yet
-	 * written: a new one, as without Redis. */
-	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
-	    sb->op != NULL))) {
-		metrics_count(M_POOL_MISSES, t->creq.type->name);
-		pool_refill();
-		if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
-			t->done(NULL, &err, t->arg);
-		take_free(t);
-		return;
-	}
-	f = reply_fields(r->element[1]);
-	if (sb != NULL) {
-		json_decref(sb->shared);
-		sb->shared = json_incref(f);
-		sandbox_set_state(sb, SB_RUNNING);
-		metrics_count(M_POOL_TAKES, sb->type_name);
-		pool_refill();
-	} else if ((sb = mirror_get(name)) != NULL) {
-		mirror_apply(sb, f);
-	} else {
-		sb = mirror_add(name, f);
-	}
-	if (t->meta != NULL)
-		json_object_update(sb->meta, t->meta);
-	if (shared_is_remote(sb)) {
-		char *key = shared_key("sb:%s", sb->name);
-		char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-
-		if (t->session != NULL)
-			json_object_set_new(sb->meta, "session_ctx_id",
-			    json_string(t->session));
-		free(meta);
-		meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-		shared_command(ignore_cb, NULL, "HSET %s meta %s", key, meta);
-		publish(sb->name);
-		free(key);
-		free(meta);
-		sessions_touch(t->session);
-	} else {
-		sessions_bind(sb, t->session);
-	}
-	json_decref(f);
-	t->done(sb, NULL, t->arg);
-	take_free(t);
-}
-
-int
-shared_take(const struct create_request *creq, sandbox_done_cb done,
-    void *arg, struct error *err)
-{
-	struct take *t;
-	char *pkey, *prefix, *sprefix, now[32];
-
-	if (shared_down_error(err) < 0)
-		return -1;
-	t = xcalloc(1, sizeof *t);
-	t->creq = *creq;
-	t->session = creq->session != NULL ? xstrdup(creq->session) : NULL;
-	t->meta = creq->meta != NULL ? json_deep_copy(creq->meta) : NULL;
-	t->creq.session = t->session;
-	t->creq.meta = t->meta;
-	t->done = done;
-	t->arg = arg;
-	pkey = pool_key(creq->type->name);
-	prefix = shared_key("sb:");
-	sprefix = shared_key("session:");
-	snprintf(now, sizeof now, "%.6f", sandboxd_now());
-	if (shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s",
-	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
-	    now, sprefix) < 0)
-		sandboxd_defer(take_failed_later_cb, t);
-	free(pkey);
-	free(prefix);
-	free(sprefix);
-	return 0;
-}
-
-/* The live-sandbox count of every instance, MAX_SANDBOX_INSTANCES. */
-static const char reserve_script[] =
-    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 1 end "
-    "if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then "
-    "return redis.call('HLEN', KEYS[1]) * -1 end "
-    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
-
-static void
-reserved_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	struct answer *an = arg;
-	redisReply *r = reply;
-
-	(void)ac;
-	if (r == NULL) {
-		an->failed = 1;
-		shared_lost_error(&an->err);
-	} else if (r->type != REDIS_REPLY_INTEGER) {
-		an->failed = 1;
-		error_set(&an->err, 500, "shared instance count: %s",
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
-	} else if (r->integer <= 0) {
-		an->failed = 1;
-		error_set(&an->err, 503, "the instance limit is reached: %lld "
-		    "live sandboxes on all instances (MAX_SANDBOX_INSTANCES=%ld)",
-		    -r->integer, sd.cfg.max_instances);
-	}
-	answer_give(an);
-}
-
-void
-shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg)
-{
-	struct answer *an = answer_new(sb, done, arg);
-	char *key = shared_key("live"), max[32];
-
-	snprintf(max, sizeof max, "%ld", sd.cfg.max_instances);
-	if (shared_command(reserved_cb, an, "EVAL %s 1 %s %s %s %s",
-	    reserve_script, key, sb->name, state_instance(), max) < 0) {
-		an->failed = 1;
-		shared_down_error(&an->err);
-		sandboxd_defer(answer_later_cb, an);
-	}
-	free(key);
-}
-
-void
-shared_unreserve(const char *name)
-{
-	char *key = shared_key("live");
-
-	shared_command(ignore_cb, NULL, "HDEL %s %s", key, name);
-	free(key);
-}
-
-/* Places of ours that no sandbox holds (a crash between the place and
- * the record) are given back. */
-static void
-live_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	redisReply *r = reply;
-	json_t *f;
-	const char *name;
-	json_t *v;
-
-	(void)ac;
-	(void)arg;
-	if (r == NULL || !sd.ready)
-		return;
-	f = reply_fields(r);
-	json_object_foreach(f, name, v) {
-		struct sandbox *sb;
-
-		if (strcmp(json_string_value(v), state_instance()) != 0)
-			continue;
-		sb = sandbox_find_local(name);
-		if (sb == NULL || sb->state == SB_RELEASED)
-			shared_unreserve(name);
-	}
-	json_decref(f);
-}
-
-/* Sessions: activity from every instance, one reaper at a time. */
-
-void
-shared_touch_session(const char *session, double when)
-{
-	char *key = shared_key("heartbeats"), num[32];
-
-	snprintf(num, sizeof num, "%.3f", when);
-	shared_command(ignore_cb, NULL, "HSET %s %s %s", key, session, num);
-	free(key);
-}
-
-static void
-reap_release_cb(struct sandbox *sb, const struct error *err, void *arg)
-{
-	(void)arg;
-	if (err != NULL)
-		log_warn("session reaper: cannot release %s: %s", sb->name,
-		    err->msg);
-}
-
-static void
-heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	redisReply *r = reply;
-	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
-	json_t *f;
-	const char *session;
-	json_t *v;
-
-	(void)ac;
-	(void)arg;
-	if (r == NULL || r->type != REDIS_REPLY_ARRAY)
-		return;
-	f = reply_fields(r);
-	json_object_foreach(f, session, v) {
-		double last = atof(json_string_value(v));
-		json_t *names;
-		size_t i;
-		json_t *name;
-		char *key;
-
-		if (now - last <= timeout)
-			continue;
-		/* Live ones only: those being released are not again. */
-		names = sessions_mapping(session);
-		if (json_array_size(names) > 0)
-			log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT "
-			    "%.0f): releasing its %zu sandboxes", session,
-			    now - last, timeout, json_array_size(names));
-		json_array_foreach(names, i, name) {
-			struct sandbox *sb = sandbox_find(json_string_value(name));
-
-			if (sb != NULL)
-				lifecycle_release(sb, reap_release_cb, NULL);
-		}
-		/* Kept a while: a sandbox of it another instance is still
-		 * creating is not in the mapping yet. */
-		if (json_array_size(names) == 0 &&
-		    now - last > timeout + HEARTBEAT_GRACE) {
-			key = shared_key("heartbeats");
-			shared_command(ignore_cb, NULL, "HDEL %s %s", key,
-			    session);
-			free(key);
-		}
-		json_decref(names);
-	}
-	json_decref(f);
-}
-
-static void
-lock_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	redisReply *r = reply;
-	char *key;
-
-	(void)ac;
-	(void)arg;
-	/* Nil: another instance holds the lock. */
-	if (r == NULL || r->type != REDIS_REPLY_STATUS)
-		return;
-	key = shared_key("heartbeats");
-	shared_command(heartbeats_cb, NULL, "HGETALL %s", key);
-	free(key);
-}
-
-void
-shared_reap(void)
-{
-	char *key;
-	long ms;
-
-	if (!shared_up() || sd.cfg.heartbeat_timeout <= 0)
-		return;
-	/* Held past the next round, so one instance reaps a round. */
-	ms = (long)(sessions_reap_interval() * 1000 * 0.9);
-	if (ms < 100)
-		ms = 100;
-	key = shared_key("lock:reaper");
-	shared_command(lock_cb, NULL, "SET %s %s NX PX %ld", key,
-	    state_instance(), ms);
 	free(key);
 }
 
@@ -1165,7 +821,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	value = xasprintf("{\"pid\":%ld,\"addr\":\"%s\",\"port\":%ld}",
 	    (long)getpid(), sd.cfg.advertise_addr != NULL ?
 	    sd.cfg.advertise_addr : sd.cfg.host, sd.cfg.port);
-	shared_command(ignore_cb, NULL, "SET %s %s PX %d", key, value,
+	shared_command(shared_ignore_cb, NULL, "SET %s %s PX %d", key, value,
 	    LEASE_MS);
 	free(key);
 	free(value);
