@@ -295,7 +295,11 @@ rpc_get_status(struct http_request *req, const char *what, json_t *args)
 	struct sandbox *sb;
 
 	sb = rpc_sandbox(req, what, args);
-	if (sb != NULL && (sb->state == SB_RELEASED || sb->container_id == NULL))
+	/* Another instance's Docker: its record says. */
+	if (sb != NULL && shared_is_remote(sb))
+		reply_data(req, json_string(sb->state == SB_RELEASING ?
+		    "released" : "running"));
+	else if (sb != NULL && (sb->state == SB_RELEASED || sb->container_id == NULL))
 		reply_data(req, json_string(sb->state == SB_RELEASED ?
 		    "released" : "creating"));
 	else if (sb != NULL)

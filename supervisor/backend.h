@@ -40,6 +40,7 @@ struct backend_spec {
 	const struct config_list *cap_add;
 	const struct config_list *entrypoint;	/* empty: the image's */
 	int host_port;			/* publish container_port here; 0: no */
+	const char *host_ip;		/* on this address; NULL: 127.0.0.1 */
 	int container_port;
 	backend_sent_cb sent;		/* may be NULL */
 };

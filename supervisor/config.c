@@ -59,18 +59,34 @@ static const struct config_option options[] = {
 	    C(storage_folder), "DIR", "keep released workspaces here" },
 	{ "--port-range", "PORT_RANGE", CONFIG_STRING, C(port_range), "LO,HI",
 	    "host ports of bridge sandboxes (default 49152,59152)" },
-	{ NULL, "REDIS_ENABLED", CONFIG_BOOL, C(redis_enabled), NULL,
-	    "shared state in Redis (not supported yet: must be false)" },
-	{ NULL, "REDIS_SERVER", CONFIG_STRING, C(redis_server), NULL,
-	    "accepted, unused without REDIS_ENABLED" },
-	{ NULL, "REDIS_PORT", CONFIG_INT, C(redis_port), NULL,
-	    "accepted, unused without REDIS_ENABLED" },
-	{ NULL, "REDIS_DB", CONFIG_INT, C(redis_db), NULL,
-	    "accepted, unused without REDIS_ENABLED" },
-	{ NULL, "REDIS_USER", CONFIG_STRING, C(redis_user), NULL,
-	    "accepted, unused without REDIS_ENABLED" },
-	{ NULL, "REDIS_PASSWORD", CONFIG_STRING, C(redis_password), NULL,
-	    "accepted, unused without REDIS_ENABLED" },
+	{ "--redis-enabled", "REDIS_ENABLED", CONFIG_BOOL, C(redis_enabled),
+	    "BOOL", "share sandboxes, sessions and pools with the other "
+	    "sandboxd on the same Redis (default false)" },
+	{ "--redis-server", "REDIS_SERVER", CONFIG_STRING, C(redis_server),
+	    "HOST", "Redis host (numeric address or name), or unix:/path "
+	    "(default 127.0.0.1)" },
+	{ "--redis-port", "REDIS_PORT", CONFIG_INT, C(redis_port), "PORT",
+	    "Redis port (default 6379)" },
+	{ "--redis-db", "REDIS_DB", CONFIG_INT, C(redis_db), "N",
+	    "Redis database number (default 0)" },
+	{ "--redis-user", "REDIS_USER", CONFIG_STRING, C(redis_user), "USER",
+	    "Redis 6 ACL user (default: none, AUTH with the password only)" },
+	{ "--redis-password", "REDIS_PASSWORD", CONFIG_STRING,
+	    C(redis_password), "PASSWORD", "Redis password (default none)" },
+	{ "--redis-prefix", "SANDBOXD_REDIS_PREFIX", CONFIG_STRING,
+	    C(redis_prefix), "PREFIX", "every key sandboxd writes starts with "
+	    "this (default sandboxd:)" },
+	{ "--redis-container-pool-key", "REDIS_CONTAINER_POOL_KEY",
+	    CONFIG_STRING, C(redis_pool_key), "KEY", "warm-pool lists, one per "
+	    "type: PREFIX KEY:<type> (default container_pool)" },
+	{ "--redis-port-key", "REDIS_PORT_KEY", CONFIG_STRING,
+	    C(redis_port_key), "KEY", "set of occupied host ports: PREFIX "
+	    "KEY:<advertised address> (default occupied_ports)" },
+	{ "--advertise-addr", "SANDBOXD_ADVERTISE_ADDR", CONFIG_STRING,
+	    C(advertise_addr), "ADDR", "with Redis on several hosts: the "
+	    "numeric address of this host the other instances reach; bridge "
+	    "sandboxes publish their agent port on it (default: none, the "
+	    "instances share one host)" },
 	{ "--max-sandbox-instances", "MAX_SANDBOX_INSTANCES", CONFIG_INT,
 	    C(max_instances), "N", "cap on live sandboxes (default 0: none)" },
 	{ "--heartbeat-timeout", "HEARTBEAT_TIMEOUT", CONFIG_DOUBLE,
@@ -140,8 +156,7 @@ static const struct config_option options[] = {
 /* Keys of the reference's .env files that mean nothing here. */
 static const char *const ignored_keys[] = {
 	"FILE_SYSTEM", "OSS_ENDPOINT", "OSS_ACCESS_KEY_ID",
-	"OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME", "REDIS_PORT_KEY",
-	"REDIS_CONTAINER_POOL_KEY",
+	"OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME",
 };
 
 static const char synopsis[] =
@@ -484,6 +499,48 @@ valid_name_prefix(const char *s)
 	return 1;
 }
 
+/* The Redis settings (used with REDIS_ENABLED; checked always). */
+static int
+validate_redis(struct sandboxd_config *c, struct error *err)
+{
+	if (c->redis_server == NULL || c->redis_server[0] == '\0') {
+		free(c->redis_server);
+		c->redis_server = xstrdup("127.0.0.1");
+	}
+	if (c->redis_port < 1 || c->redis_port > 65535) {
+		error_set(err, 400, "REDIS_PORT: %ld is not a port number",
+		    c->redis_port);
+		return -1;
+	}
+	if (c->redis_db < 0 || c->redis_db > 100000) {
+		error_set(err, 400, "REDIS_DB: %ld is not a database number",
+		    c->redis_db);
+		return -1;
+	}
+	if (c->redis_prefix == NULL)
+		c->redis_prefix = xstrdup("sandboxd:");
+	if (c->redis_pool_key == NULL || c->redis_pool_key[0] == '\0') {
+		free(c->redis_pool_key);
+		c->redis_pool_key = xstrdup("container_pool");
+	}
+	if (c->redis_port_key == NULL || c->redis_port_key[0] == '\0') {
+		free(c->redis_port_key);
+		c->redis_port_key = xstrdup("occupied_ports");
+	}
+	if (c->advertise_addr != NULL && c->advertise_addr[0] == '\0') {
+		free(c->advertise_addr);
+		c->advertise_addr = NULL;
+	}
+	if (c->advertise_addr != NULL && (strchr(c->advertise_addr, ':') !=
+	    NULL || strspn(c->advertise_addr, "0123456789.") !=
+	    strlen(c->advertise_addr))) {
+		error_set(err, 400, "SANDBOXD_ADVERTISE_ADDR: '%s' is not a "
+		    "numeric IPv4 address", c->advertise_addr);
+		return -1;
+	}
+	return 0;
+}
+
 int
 sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 {
@@ -524,11 +581,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		    "(only docker so far)", c->deployment);
 		return -1;
 	}
-	if (c->redis_enabled) {
-		error_set(err, 400, "REDIS_ENABLED: shared state in Redis is not "
-		    "supported yet; set it to false");
+	if (validate_redis(c, err) < 0)
 		return -1;
-	}
 	if (c->port_range == NULL)
 		c->port_range = xstrdup("49152,59152");
 	if (sandboxd_parse_port_range(c->port_range, &c->port_lo,
@@ -743,7 +797,8 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->kubeconfig, &c->registry, &c->image_namespace,
 		&c->image_tag, &c->config_file, &c->unix_socket, &c->state_dir,
 		&c->types_file, &c->docker_host, &c->allowed_mount_dirs,
-		&c->public_url, &c->log_level,
+		&c->public_url, &c->log_level, &c->redis_prefix,
+		&c->redis_pool_key, &c->redis_port_key, &c->advertise_addr,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {

@@ -214,7 +214,13 @@ begin_release(struct sandbox *sb)
 void
 lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	if (sb->state == SB_RELEASED) {
+	if (shared_is_remote(sb) && sb->state != SB_RELEASED &&
+	    sb->state != SB_RELEASING) {
+		shared_release_remote(sb, done, arg);
+		return;
+	}
+	if (sb->state == SB_RELEASED || (shared_is_remote(sb) &&
+	    sb->state == SB_RELEASING)) {
 		if (done != NULL)
 			answer_later(sb, done, arg, NULL);
 		return;
@@ -236,6 +242,13 @@ busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct error err;
 
+	if (shared_is_remote(sb)) {
+		/* Only the owner talks to its Docker. */
+		error_set(&err, 409, "sandbox %s belongs to sandboxd instance %s; "
+		    "start or stop it there", sb->name, sb->owner);
+		answer_later(sb, done, arg, &err);
+		return -1;
+	}
 	if (sb->op == NULL && sb->state != SB_RELEASED)
 		return 0;
 	if (sb->state == SB_RELEASED || sb->state == SB_RELEASING)

@@ -38,6 +38,16 @@ static void create_failed(struct lifecycle_op *op, const struct error *err);
 static void probe_next(struct lifecycle_op *op);
 
 static void
+announced_cb(struct sandbox *sb, void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	if (op->done != NULL)
+		op->done(sb, NULL, op->arg);
+	lifecycle_op_end(op);
+}
+
+static void
 create_succeeded(struct lifecycle_op *op)
 {
 	struct sandbox *sb = op->sb;
@@ -50,6 +60,12 @@ create_succeeded(struct lifecycle_op *op)
 	metrics_create_seconds(sb->type_name, took);
 	log_info("sandbox %s (%s) ready in %.0f ms%s", sb->name, sb->type_name,
 	    took * 1e3, sb->for_pool ? " for the pool" : "");
+	/* The other instances know it before its name is handed out, so
+	 * any of them answers the next request about it. */
+	if (shared_enabled()) {
+		shared_publish(sb, announced_cb, op);
+		return;
+	}
 	if (op->done != NULL)
 		op->done(sb, NULL, op->arg);
 	lifecycle_op_end(op);
@@ -373,6 +389,8 @@ start_container(struct lifecycle_op *op)
 	spec.cap_add = &caps;
 	spec.entrypoint = &t->entrypoint;
 	spec.host_port = sb->port;
+	/* Other hosts' instances reach it there (REDIS_ENABLED). */
+	spec.host_ip = sd.cfg.redis_enabled ? sd.cfg.advertise_addr : NULL;
 	spec.container_port = AGENT_PORT;
 	spec.sent = create_sent_cb;
 	op->queued = sandboxd_now();
@@ -414,6 +432,8 @@ undo_finish(struct lifecycle_op *op)
 	sb->port = 0;
 	sb->state = SB_RELEASED;
 	sandbox_changed(sb);
+	if (shared_enabled())
+		shared_unreserve(sb->name);
 	/* Whoever asked for a release meanwhile got what they wanted. */
 	sb->release_requested = 0;
 	lifecycle_notify_waiters(sb, NULL);
@@ -517,19 +537,49 @@ environment_strings(json_t *env)
 	return out;
 }
 
+static void
+begin(struct lifecycle_op *op)
+{
+	struct sandbox *sb = op->sb;
+
+	if (op->restore) {
+		log_info("sandbox %s: restoring the workspace from %s", sb->name,
+		    sb->storage_path);
+		workspace_copy(sb->storage_path, sb->mount_dir, restored_cb, op);
+	} else {
+		start_container(op);
+	}
+}
+
+static void
+reserved_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)sb;
+	if (err != NULL)
+		create_failed(arg, err);
+	else
+		begin(arg);
+}
+
 struct sandbox *
 lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
 {
-	char *mount = NULL, *storage = NULL, *restore = NULL;
+	char *mount = NULL, *storage = NULL;
 	struct lifecycle_op *op;
 	struct sandbox *sb;
 	int port = 0;
 
-	if (sd.cfg.max_instances > 0 &&
-	    sandbox_count_live() >= (size_t)sd.cfg.max_instances) {
+	size_t live = sandbox_count_live();
+
+	if (shared_enabled()) {
+		if (shared_down_error(err) < 0)
+			return NULL;
+		live += shared_count_live();
+	}
+	if (sd.cfg.max_instances > 0 && live >= (size_t)sd.cfg.max_instances) {
 		error_set(err, 503, "the instance limit is reached: %zu live "
-		    "sandboxes (MAX_SANDBOX_INSTANCES=%ld)", sandbox_count_live(),
+		    "sandboxes (MAX_SANDBOX_INSTANCES=%ld)", live,
 		    sd.cfg.max_instances);
 		return NULL;
 	}
@@ -583,15 +633,13 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
-	if (storage != NULL && creq->storage_path != NULL &&
-	    workspace_is_dir(storage))
-		restore = storage;
-	if (restore != NULL) {
-		log_info("sandbox %s: restoring the workspace from %s", sb->name,
-		    restore);
-		workspace_copy(restore, sb->mount_dir, restored_cb, op);
-	} else {
-		start_container(op);
-	}
+	op->restore = storage != NULL && creq->storage_path != NULL &&
+	    workspace_is_dir(storage);
+	/* With Redis the limit counts every instance's, in one atomic
+	 * step there. */
+	if (shared_enabled() && sd.cfg.max_instances > 0)
+		shared_reserve(sb, reserved_cb, op);
+	else
+		begin(op);
 	return sb;
 }

@@ -32,6 +32,7 @@ struct lifecycle_op {
 	double next_status_check;
 	double delay;			/* between probes, grows */
 	int status_checking;
+	int restore;			/* the workspace comes from storage */
 	enum sandbox_state prev_state;
 	struct error err;
 };

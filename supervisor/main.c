@@ -44,7 +44,18 @@ adopted_cb(void *arg)
 {
 	(void)arg;
 	sd.ready = 1;
+	/* Now records of ours without a sandbox are known to be stale. */
+	if (shared_enabled())
+		shared_records_connected();
 	pool_refill();
+}
+
+static void
+exit_loop(void *arg)
+{
+	(void)arg;
+	log_info("sandboxd: bye");
+	event_base_loopexit(sd.base, NULL);
 }
 
 static void
@@ -64,8 +75,12 @@ finish(void)
 			    shutdown_total, sandboxd_now() - shutdown_began);
 		}
 	}
-	log_info("sandboxd: bye");
-	event_base_loopexit(sd.base, NULL);
+	/* Redis learns what went before we leave. */
+	if (shared_enabled()) {
+		shared_flush(exit_loop, NULL);
+		return;
+	}
+	exit_loop(NULL);
 }
 
 static void
@@ -296,6 +311,10 @@ setup(int argc, char **argv)
 		return 2;
 	}
 
+	if (sd.cfg.redis_enabled && shared_check(&err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 2;
+	}
 	sd.base = event_base_new();
 	if (sd.base == NULL)
 		fatal("cannot create the event loop");
@@ -327,6 +346,10 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 1;
 	}
+	if (shared_enabled()) {
+		shared_records_init();
+		shared_start();
+	}
 	sessions_init();
 	pool_init();
 	health_init();
@@ -342,6 +365,10 @@ static void
 teardown(void)
 {
 	adopt_stop();
+	if (shared_enabled()) {
+		shared_stop();
+		shared_records_free();
+	}
 	state_close();
 	if (shutdown_ev != NULL)
 		event_free(shutdown_ev);

@@ -122,7 +122,8 @@ fill(struct pool *p)
 	creq.for_pool = 1;
 	while (warm + creating < (size_t)sd.cfg.pool_size &&
 	    creating < (size_t)sd.cfg.pool_parallel) {
-		if (sd.cfg.max_instances > 0 && sandbox_count_live() >=
+		if (sd.cfg.max_instances > 0 && sandbox_count_live() +
+		    (shared_enabled() ? shared_count_live() : 0) >=
 		    (size_t)sd.cfg.max_instances)
 			return;
 		if (lifecycle_create(&creq, created_cb, NULL, &err) == NULL) {
@@ -188,6 +189,11 @@ pool_take_or_create(const struct create_request *creq, int from_pool,
 	struct sandbox *sb;
 
 	*taken = NULL;
+	/* Every instance's warm ones, taken atomically in Redis. */
+	if (shared_enabled() && from_pool && creq->mount_dir == NULL &&
+	    creq->storage_path == NULL && creq->environment == NULL &&
+	    pool_is_pooled(creq->type->name))
+		return shared_take(creq, done, arg, err);
 	if (from_pool && creq->mount_dir == NULL &&
 	    creq->storage_path == NULL && creq->environment == NULL &&
 	    (sb = take(creq->type)) != NULL) {

@@ -97,6 +97,8 @@ sandbox_free(struct sandbox *sb)
 	json_decref(sb->environment);
 	free(sb->last_error);
 	free(sb->model_text);
+	free(sb->owner);
+	json_decref(sb->shared);
 	/* The token lived in this record; do not leave it in freed memory. */
 	explicit_bzero(sb->token, sizeof sb->token);
 	free(sb);
@@ -132,6 +134,16 @@ is_hex(const char *s)
 
 struct sandbox *
 sandbox_find(const char *identity)
+{
+	struct sandbox *sb = sandbox_find_local(identity);
+
+	if (sb == NULL && identity != NULL && shared_enabled())
+		sb = shared_find(identity);
+	return sb;
+}
+
+struct sandbox *
+sandbox_find_local(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
 	size_t n;
@@ -279,6 +291,12 @@ sandbox_url(const struct sandbox *sb)
 {
 	const char *host = sd.cfg.host;
 
+	/* Another instance's: where its owner published it. */
+	if (sb->port > 0 && shared_is_remote(sb) &&
+	    strncmp(sb->agent_addr, "unix:", 5) != 0)
+		return xasprintf("http://%s", sb->agent_addr);
+	if (sb->port > 0 && sd.cfg.redis_enabled && sd.cfg.advertise_addr != NULL)
+		return xasprintf("http://%s:%d", sd.cfg.advertise_addr, sb->port);
 	if (sb->port > 0)
 		return xasprintf("http://127.0.0.1:%d", sb->port);
 	/* No network: the agent is reached through our proxy, which also

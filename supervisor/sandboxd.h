@@ -17,7 +17,9 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
- * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker).
+ * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker),
+ * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
+ * sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -71,6 +73,10 @@ struct sandboxd_config {
 	long redis_db;
 	char *redis_user;
 	char *redis_password;
+	char *redis_prefix;		/* every key starts with it */
+	char *redis_pool_key;		/* REDIS_CONTAINER_POOL_KEY */
+	char *redis_port_key;		/* REDIS_PORT_KEY */
+	char *advertise_addr;		/* NULL: instances share one host */
 	long max_instances;		/* 0: no limit */
 	double heartbeat_timeout;	/* seconds; 0: sessions never expire */
 	char *k8s_namespace;
@@ -227,6 +233,12 @@ struct sandbox {
 	int health_probing;
 	char *last_error;		/* why it is unhealthy */
 
+	/* Shared state (shared_records.c): the owning instance when another
+	 * instance owns it (a mirror record), NULL when we do; the fields
+	 * Redis has, as last written or read. */
+	char *owner;
+	json_t *shared;
+
 	struct lifecycle_op *op;	/* the operation in progress, if any */
 	int release_requested;		/* release once op finishes */
 	struct sandbox_waiter *waiters;	/* told when the release ends */
@@ -251,8 +263,11 @@ void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
 /* Drop from the list (the record is freed once unreferenced). */
 void sandbox_forget(struct sandbox *sb);
-/* By container name, container id or a unique id prefix (>= 12 hex). */
+/* By container name, container id or a unique id prefix (>= 12 hex);
+ * with REDIS_ENABLED also another instance's. */
 struct sandbox *sandbox_find(const char *identity);
+/* Only ours. */
+struct sandbox *sandbox_find_local(const char *identity);
 struct sandbox *sandbox_first(void);
 struct sandbox *sandbox_next(struct sandbox *sb);
 size_t sandbox_count_live(void);
@@ -412,6 +427,8 @@ void sessions_restore(json_t *saved);
 /* Stop reaping (shutdown); sessions_free drops them all. */
 void sessions_stop(void);
 void sessions_free(void);
+/* Seconds between reaper rounds. */
+double sessions_reap_interval(void);
 
 /* health.c */
 void health_init(void);
@@ -521,6 +538,64 @@ void redact_text(char *buf, size_t size);
 void redact_error(struct error *err, const char *agent_addr);
 /* http_reply_err for what clients read: redacted. */
 void sandboxd_reply_error(struct http_request *req, const struct error *err);
+
+/* shared.c, shared_records.c: several sandboxd on one Redis
+ * (REDIS_ENABLED). Nothing here runs without it. */
+struct redisAsyncContext;
+typedef void (*shared_reply_cb)(struct redisAsyncContext *ac, void *reply,
+    void *arg);
+typedef void (*shared_done_cb)(struct sandbox *sb, void *arg);
+/* Connect, AUTH, SELECT, PING, blocking, before the loop: -1 with err
+ * naming the setting at fault. */
+int shared_check(struct error *err);
+void shared_start(void);
+void shared_stop(void);
+int shared_enabled(void);
+int shared_up(void);
+/* 0 while Redis is up, else -1 with err (503) saying so. */
+int shared_down_error(struct error *err);
+/* err (503): Redis went away while a request waited on it. */
+void shared_lost_error(struct error *err);
+const char *shared_server_name(void);
+/* PREFIX + printf(fmt, ...). Caller frees. */
+char *shared_key(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Queue a command; -1 (cb never runs) while Redis is down. */
+int shared_command(shared_reply_cb cb, void *arg, const char *fmt, ...);
+int shared_command_argv(shared_reply_cb cb, void *arg, int argc,
+    const char **argv, const size_t *lens);
+void shared_records_init(void);
+void shared_records_free(void);
+void shared_records_subscribe(struct redisAsyncContext *ac);
+/* Both connections are up: publish ours again, reload the others'. */
+void shared_records_connected(void);
+/* Our records changed: write them (on the loop's next turn). */
+void shared_dirty(void);
+/* Write sb's record now; done once Redis announced it to the others. */
+void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
+/* Write everything now; done once Redis has it all. */
+void shared_flush(void (*done)(void *arg), void *arg);
+int shared_is_remote(const struct sandbox *sb);
+struct sandbox *shared_find(const char *identity);
+/* The other instances' records (sandbox_next walks on). */
+struct sandbox *shared_first(void);
+void shared_session_names(const char *session, json_t *names);
+void shared_session_keys(json_t *keys);
+size_t shared_count_live(void);
+/* Ask the owner of a remote sandbox to release it. */
+void shared_release_remote(struct sandbox *sb, sandbox_done_cb done,
+    void *arg);
+/* The oldest warm sandbox of creq's type from every instance's pool,
+ * else a new one: done runs later either way. -1 with err (503) when
+ * Redis is down. */
+int shared_take(const struct create_request *creq, sandbox_done_cb done,
+    void *arg, struct error *err);
+void shared_touch_session(const char *session, double when);
+/* Count sb against MAX_SANDBOX_INSTANCES of all instances: done(sb,
+ * NULL) with a place, done(sb, err) with 503 when full. */
+void shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg);
+void shared_unreserve(const char *name);
+/* A reaper round, on the instance that holds the lock. */
+void shared_reap(void);
 
 /* main.c: the process-wide state. */
 struct sandboxd {

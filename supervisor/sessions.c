@@ -22,6 +22,8 @@
 /* Activity is saved to the state file at this granularity, not on every
  * call. */
 #define SAVE_GRANULARITY 5.0
+/* And to Redis (REDIS_ENABLED), which every instance's reaper reads. */
+#define SHARED_GRANULARITY 1.0
 
 /* Owned by the session list. */
 struct session {
@@ -29,6 +31,7 @@ struct session {
 	char *id;
 	double last;		/* last activity, epoch seconds */
 	double saved;		/* last value the state file has */
+	double shared;		/* last value written to Redis */
 };
 
 static LIST_HEAD(, session) sessions = LIST_HEAD_INITIALIZER(sessions);
@@ -78,6 +81,10 @@ sessions_touch(const char *id)
 		return;
 	s = get(id);
 	s->last = sandboxd_now();
+	if (shared_enabled() && s->last - s->shared >= SHARED_GRANULARITY) {
+		s->shared = s->last;
+		shared_touch_session(id, s->last);
+	}
 	if (fabs(s->last - s->saved) >= SAVE_GRANULARITY) {
 		s->saved = s->last;
 		state_dirty();
@@ -120,6 +127,8 @@ sessions_mapping(const char *id)
 		if (bound_live(sb, id))
 			json_array_append_new(names, json_string(sb->name));
 	}
+	if (shared_enabled())
+		shared_session_names(id, names);
 	return names;
 }
 
@@ -177,6 +186,8 @@ sessions_keys(void)
 			json_array_append_new(keys, json_string(s->id));
 	}
 	free(live.ids);
+	if (shared_enabled())
+		shared_session_keys(keys);
 	return keys;
 }
 
@@ -265,7 +276,8 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 			}
 			continue;
 		}
-		if (timeout <= 0 || now - s->last <= timeout)
+		/* With Redis, one instance reaps for all (shared_reap). */
+		if (shared_enabled() || timeout <= 0 || now - s->last <= timeout)
 			continue;
 		log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT %.0f): "
 		    "releasing its sandboxes", s->id, now - s->last, timeout);
@@ -278,19 +290,29 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 		s->last = now;
 	}
 	free(live.ids);
+	if (shared_enabled())
+		shared_reap();
 }
 
-void
-sessions_init(void)
+double
+sessions_reap_interval(void)
 {
 	double t = sd.cfg.heartbeat_timeout > 0 ?
 	    sd.cfg.heartbeat_timeout / 4 : 5;
-	struct timeval tv;
 
 	if (t < 0.2)
 		t = 0.2;
 	if (t > 5)
 		t = 5;
+	return t;
+}
+
+void
+sessions_init(void)
+{
+	double t = sessions_reap_interval();
+	struct timeval tv;
+
 	tv.tv_sec = (time_t)t;
 	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
 	reap_ev = event_new(sd.base, -1, EV_PERSIST, reap_cb, NULL);

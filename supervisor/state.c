@@ -182,6 +182,8 @@ state_dirty(void)
 {
 	struct timeval tv = { 0, STATE_WRITE_DELAY_US };
 
+	if (shared_enabled())
+		shared_dirty();
 	if (write_ev == NULL || evtimer_pending(write_ev, NULL))
 		return;
 	evtimer_add(write_ev, &tv);

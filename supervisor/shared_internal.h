@@ -1,0 +1,48 @@
+/*
+ * What the shared-state files share (shared_records.c: records, mirror,
+ * announcements; shared_pool.c: pool takes and the instance count;
+ * shared_sessions.c: heartbeats and the reaper).
+ */
+#ifndef SHARED_INTERNAL_H
+#define SHARED_INTERNAL_H
+
+#include "sandboxd.h"
+
+#include <event2/util.h>
+#include <hiredis/hiredis.h>
+
+/* An answer to give a sandbox_done_cb after a Redis round trip (or, when
+ * Redis is down, on the loop's next turn); holds a reference to sb, freed
+ * by shared_answer_give. */
+struct shared_answer {
+	struct sandbox *sb;
+	sandbox_done_cb done;
+	void *arg;
+	struct error err;
+	int failed;
+};
+
+struct shared_answer *shared_answer_new(struct sandbox *sb,
+    sandbox_done_cb done, void *arg);
+void shared_answer_give(struct shared_answer *an);
+/* sandboxd_defer's callback: shared_answer_give(arg). */
+void shared_answer_later_cb(evutil_socket_t fd, short what, void *arg);
+
+/* A reply nobody waits for: errors are logged. */
+void shared_ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg);
+/* Tell the others that the record of name changed. */
+void shared_announce(const char *name);
+/* PREFIX <pool key>:<type>. Caller frees. */
+char *shared_pool_key(const char *type);
+/* A field of a record as field -> string object; "" when missing. */
+const char *shared_field(json_t *f, const char *k);
+/* An HGETALL answer as field -> string. New reference. */
+json_t *shared_reply_fields(redisReply *r);
+/* The mirror of the other instances' records. */
+struct sandbox *shared_mirror_get(const char *name);
+struct sandbox *shared_mirror_add(const char *name, json_t *f);
+void shared_mirror_apply(struct sandbox *sb, json_t *f);
+/* The answer to HGETALL live at connect (shared_pool.c). */
+void shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
+
+#endif

@@ -1,0 +1,247 @@
+/*
+ * Shared state in Redis: what hands out and counts sandboxes across
+ * instances. A take from the pools runs one Lua script (pop names from the
+ * type's list until one whose record is still warm, mark it running for
+ * the session, return the record), so two instances never hand out one
+ * sandbox; MAX_SANDBOX_INSTANCES is a place in the "live" hash, taken by
+ * another script that checks the count and adds in the same step.
+ */
+#include "sandboxd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "log.h"
+#include "shared_internal.h"
+#include "xmalloc.h"
+
+/* Taking from the shared pool: the oldest warm sandbox of the type,
+ * whoever owns it, marked running for the session in the same step. */
+static const char take_script[] =
+    "while true do "
+    "local name = redis.call('LPOP', KEYS[1]) "
+    "if not name then return nil end "
+    "local k = ARGV[1] .. name "
+    "if redis.call('HGET', k, 'state') == 'warm' then "
+    "redis.call('HSET', k, 'state', 'running', 'session', ARGV[2], "
+    "'updated_at', ARGV[3]) "
+    "if ARGV[2] ~= '' then redis.call('SADD', ARGV[4] .. ARGV[2], name) end "
+    "return {name, redis.call('HGETALL', k)} "
+    "end end";
+
+struct take {
+	struct create_request creq;	/* owns session and meta */
+	char *session;
+	json_t *meta;
+	sandbox_done_cb done;
+	void *arg;
+};
+
+static void
+take_free(struct take *t)
+{
+	free(t->session);
+	json_decref(t->meta);
+	free(t);
+}
+
+static void
+take_failed_later_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct take *t = arg;
+	struct error err;
+
+	(void)fd;
+	(void)what;
+	shared_lost_error(&err);
+	t->done(NULL, &err, t->arg);
+	take_free(t);
+}
+
+static void
+taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct take *t = arg;
+	redisReply *r = reply;
+	struct sandbox *sb;
+	struct error err;
+	const char *name;
+	json_t *f;
+
+	(void)ac;
+	if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+		if (r != NULL)
+			error_set(&err, 500, "shared pool take failed: %s", r->str);
+		else
+			shared_lost_error(&err);
+		t->done(NULL, &err, t->arg);
+		take_free(t);
+		return;
+	}
+	name = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
+	    NULL;
+	sb = name != NULL ? sandbox_find_local(name) : NULL;
+	/* Empty, or one of ours on its way out whose record was not yet
+	 * written: a new one, as without Redis. */
+	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
+	    sb->op != NULL))) {
+		metrics_count(M_POOL_MISSES, t->creq.type->name);
+		pool_refill();
+		if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
+			t->done(NULL, &err, t->arg);
+		take_free(t);
+		return;
+	}
+	f = shared_reply_fields(r->element[1]);
+	if (sb != NULL) {
+		json_decref(sb->shared);
+		sb->shared = json_incref(f);
+		sandbox_set_state(sb, SB_RUNNING);
+		metrics_count(M_POOL_TAKES, sb->type_name);
+		pool_refill();
+	} else if ((sb = shared_mirror_get(name)) != NULL) {
+		shared_mirror_apply(sb, f);
+	} else {
+		sb = shared_mirror_add(name, f);
+	}
+	if (t->meta != NULL)
+		json_object_update(sb->meta, t->meta);
+	if (shared_is_remote(sb)) {
+		char *key = shared_key("sb:%s", sb->name);
+		char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
+
+		if (t->session != NULL)
+			json_object_set_new(sb->meta, "session_ctx_id",
+			    json_string(t->session));
+		free(meta);
+		meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
+		shared_command(shared_ignore_cb, NULL, "HSET %s meta %s", key, meta);
+		shared_announce(sb->name);
+		free(key);
+		free(meta);
+		sessions_touch(t->session);
+	} else {
+		sessions_bind(sb, t->session);
+	}
+	json_decref(f);
+	t->done(sb, NULL, t->arg);
+	take_free(t);
+}
+
+int
+shared_take(const struct create_request *creq, sandbox_done_cb done,
+    void *arg, struct error *err)
+{
+	struct take *t;
+	char *pkey, *prefix, *sprefix, now[32];
+
+	if (shared_down_error(err) < 0)
+		return -1;
+	t = xcalloc(1, sizeof *t);
+	t->creq = *creq;
+	t->session = creq->session != NULL ? xstrdup(creq->session) : NULL;
+	t->meta = creq->meta != NULL ? json_deep_copy(creq->meta) : NULL;
+	t->creq.session = t->session;
+	t->creq.meta = t->meta;
+	t->done = done;
+	t->arg = arg;
+	pkey = shared_pool_key(creq->type->name);
+	prefix = shared_key("sb:");
+	sprefix = shared_key("session:");
+	snprintf(now, sizeof now, "%.6f", sandboxd_now());
+	if (shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s",
+	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
+	    now, sprefix) < 0)
+		sandboxd_defer(take_failed_later_cb, t);
+	free(pkey);
+	free(prefix);
+	free(sprefix);
+	return 0;
+}
+
+/* The live-sandbox count of every instance, MAX_SANDBOX_INSTANCES. */
+static const char reserve_script[] =
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 1 end "
+    "if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then "
+    "return redis.call('HLEN', KEYS[1]) * -1 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
+
+static void
+reserved_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct shared_answer *an = arg;
+	redisReply *r = reply;
+
+	(void)ac;
+	if (r == NULL) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+	} else if (r->type != REDIS_REPLY_INTEGER) {
+		an->failed = 1;
+		error_set(&an->err, 500, "shared instance count: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
+	} else if (r->integer <= 0) {
+		an->failed = 1;
+		error_set(&an->err, 503, "the instance limit is reached: %lld "
+		    "live sandboxes on all instances (MAX_SANDBOX_INSTANCES=%ld)",
+		    -r->integer, sd.cfg.max_instances);
+	}
+	shared_answer_give(an);
+}
+
+void
+shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct shared_answer *an = shared_answer_new(sb, done, arg);
+	char *key = shared_key("live"), max[32];
+
+	snprintf(max, sizeof max, "%ld", sd.cfg.max_instances);
+	if (shared_command(reserved_cb, an, "EVAL %s 1 %s %s %s %s",
+	    reserve_script, key, sb->name, state_instance(), max) < 0) {
+		an->failed = 1;
+		shared_down_error(&an->err);
+		sandboxd_defer(shared_answer_later_cb, an);
+	}
+	free(key);
+}
+
+void
+shared_unreserve(const char *name)
+{
+	char *key = shared_key("live");
+
+	shared_command(shared_ignore_cb, NULL, "HDEL %s %s", key, name);
+	free(key);
+}
+
+/* Places of ours that no sandbox holds (a crash between the place and
+ * the record) are given back (the answer to HGETALL live at connect). */
+void
+shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	redisReply *r = reply;
+	json_t *f;
+	const char *name;
+	json_t *v;
+
+	(void)ac;
+	(void)arg;
+	if (r == NULL || !sd.ready)
+		return;
+	f = shared_reply_fields(r);
+	json_object_foreach(f, name, v) {
+		struct sandbox *sb;
+
+		if (strcmp(json_string_value(v), state_instance()) != 0)
+			continue;
+		sb = sandbox_find_local(name);
+		if (sb == NULL || sb->state == SB_RELEASED)
+			shared_unreserve(name);
+	}
+	json_decref(f);
+}

@@ -1,0 +1,315 @@
+"""Several sandboxd on one Redis (REDIS_ENABLED): two instances on one
+dockerd, with distinct container prefixes and state directories, stand in
+for two hosts. A real redis-server (Debian's) is started per test on a
+loopback port in a temporary directory and stopped by its pid. Clients are
+the SDK's request logic of test_sandboxd_sdk (RemoteManager, DirectClient).
+"""
+import concurrent.futures
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import SANDBOXD_BIN, free_port
+from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
+                               wait_until)
+from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+pytestmark = pytest.mark.skipif(not os.path.exists(REDIS_SERVER),
+                                reason="redis-server is not installed")
+
+
+class Redis:
+    """redis-server on 127.0.0.1:<free port>, no persistence."""
+
+    def __init__(self, password=None):
+        self.dir = tempfile.mkdtemp(prefix="sbxd-redis-", dir="/tmp")
+        self.port = free_port()
+        self.password = password
+        self.proc = None
+        self.start()
+
+    def start(self):
+        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--daemonize", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.log = open(os.path.join(self.dir, "redis.log"), "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), 0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.log.close()
+
+    def cli(self, *args):
+        cmd = ["redis-cli", "-p", str(self.port)]
+        if self.password:
+            cmd += ["--no-auth-warning", "-a", self.password]
+        return subprocess.run(cmd + list(args), capture_output=True,
+                              text=True, check=True).stdout.split()
+
+
+@pytest.fixture
+def redis():
+    r = Redis()
+    yield r
+    r.stop()
+    shutil.rmtree(r.dir, ignore_errors=True)
+
+
+def redis_env(redis, prefix, **more):
+    env = {"REDIS_ENABLED": "true", "REDIS_PORT": str(redis.port),
+           "CONTAINER_PREFIX_KEY": prefix,
+           "SANDBOXD_REDIS_PREFIX": f"t{redis.port}:"}
+    env.update({k: str(v) for k, v in more.items()})
+    return env
+
+
+@pytest.fixture
+def pair(start_sandboxd, redis):
+    """Factory: pair(**env) -> (A, B) on one Redis."""
+    def make(**env):
+        a = start_sandboxd(env=redis_env(redis, "rda-", **env))
+        b = start_sandboxd(env=redis_env(redis, "rdb-", **env))
+        return a, b
+    return make
+
+
+def names_in_redis(redis):
+    return set(redis.cli("SMEMBERS", f"t{redis.port}:sandboxes"))
+
+
+def known(s, name):
+    return s.post("/get_info", {"identity": name}).status_code == 200
+
+
+def test_create_on_a_call_on_b(pair, redis):
+    a, b = pair()
+    mgr_a, mgr_b = RemoteManager(a.url), RemoteManager(b.url)
+    sid = mgr_a.create_from_pool(sandbox_type="minimal",
+                                 meta={"session_ctx_id": "s-ab"})
+    assert sid.startswith("rda-")
+    # B answers at once: the name was announced before A handed it out.
+    info = mgr_b.get_info(sid)
+    assert info["container_name"] == sid
+    assert info["session_ctx_id"] == "s-ab"
+    assert mgr_b.check_health(sid) is True
+    result = mgr_b.call_tool(sid, "run_shell_command",
+                             {"command": "echo via-b; pwd"})
+    assert stdout(result) == "via-b\n/workspace\n"
+    assert "run_shell_command" in mgr_b.list_tools(sid)["generic"]
+    # B's url for it is B's own proxy, which relays to A's agent.
+    assert info["url"] == f"{b.url}/proxy/{sid}/"
+    assert stdout(DirectClient(info).run_shell_command("echo proxied")) == \
+        "proxied\n"
+    r = b.get(f"/v1/sandboxes/{sid}")
+    assert r.status_code == 200 and r.json()["container_name"] == sid
+    assert mgr_b.get_session_mapping("s-ab") == [sid]
+    assert "s-ab" in mgr_b.list_session_keys()
+    assert sid in names_in_redis(redis)
+    # Released through B: A, its owner, removes the container.
+    assert mgr_b.release(sid) is True
+    wait_until(lambda: sid not in a.containers(), 30, what="A removes it")
+    wait_until(lambda: sid not in names_in_redis(redis), 10,
+               what="record removed")
+    wait_until(lambda: not known(b, sid), 10, what="B forgets it")
+    assert mgr_a.get_session_mapping("s-ab") == []
+    assert mgr_b.get_session_mapping("s-ab") == []
+
+
+def test_connect_through_b_reuses_a_sandbox(pair):
+    a, b = pair()
+
+    def connect(base_url, session_id, user_id):
+        """SandboxService(base_url=...).connect(session_id, user_id)."""
+        mgr = RemoteManager(base_url)
+        ctx = f"{session_id}_{user_id}"
+        ids = mgr.get_session_mapping(ctx)
+        if ids:
+            return [(i, mgr.get_info(i)["version"]) for i in ids]
+        return [(mgr.create_from_pool(sandbox_type="minimal",
+                                      meta={"session_ctx_id": ctx}), None)]
+
+    first = connect(a.url, "sess", "user")
+    again = connect(b.url, "sess", "user")
+    assert again[0][0] == first[0][0]
+    assert "runtime-sandbox-minimal" in again[0][1]
+    assert len(a.containers()) + len(b.containers()) == 1
+
+
+def test_concurrent_pool_takes_never_hand_out_one_twice(pair, redis):
+    a, b = pair(POOL_SIZE=4, SANDBOXD_POOL_PARALLEL=4)
+    pool_key = f"t{redis.port}:container_pool:minimal"
+    wait_until(lambda: len(redis.cli("LRANGE", pool_key, "0", "-1")) == 8,
+               90, interval=0.2, what="both pools full")
+
+    def take(i):
+        s = a if i % 2 == 0 else b
+        r = s.post("/create_from_pool",
+                   {"sandbox_type": "minimal",
+                    "meta": {"session_ctx_id": f"c{i}"}})
+        assert r.status_code == 200, r.text
+        return r.json()["data"]
+
+    with concurrent.futures.ThreadPoolExecutor(40) as ex:
+        names = list(ex.map(take, range(40)))
+    assert all(names), names
+    assert len(set(names)) == 40
+    # Each one is bound to the one session that took it.
+    for i, name in enumerate(names):
+        info = RemoteManager(b.url).get_info(name)
+        assert info["session_ctx_id"] == f"c{i}", (name, info)
+
+
+def test_instance_limit_counts_every_instance(pair, redis):
+    a, b = pair(MAX_SANDBOX_INSTANCES=3)
+
+    def create(i):
+        s = a if i % 2 == 0 else b
+        r = s.post("/v1/sandboxes", {"type": "minimal"})
+        return r.status_code, r.json()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        answers = list(ex.map(create, range(8)))
+    made = [body["container_name"] for status, body in answers
+            if status == 201]
+    refused = [body["detail"] for status, body in answers if status == 503]
+    assert len(made) == 3, answers
+    assert len(refused) == 5
+    assert all("MAX_SANDBOX_INSTANCES=3" in d for d in refused), refused
+    assert len(redis.cli("HKEYS", f"t{redis.port}:live")) == 3
+    # A place freed on one instance is free for the other.
+    assert RemoteManager(b.url).release(made[0]) is True
+    wait_until(lambda: len(redis.cli("HKEYS", f"t{redis.port}:live")) == 2,
+               30, what="place given back")
+    r = (a if made[0].startswith("rdb-") else b).post(
+        "/v1/sandboxes", {"type": "minimal"})
+    assert r.status_code == 201, r.text
+
+
+def test_owner_killed_then_restarted(pair, redis):
+    a, b = pair(POOL_SIZE=1)
+    mgr_b = RemoteManager(b.url)
+    sid = a.create(meta={"session_ctx_id": "s-kill"})
+    a.signal(signal.SIGKILL)
+    a.wait_exit(10)
+    a.expected_exit = -signal.SIGKILL
+    # A's host (its Docker) is up: B still reaches its agent.
+    result = mgr_b.call_tool(sid, "run_shell_command", {"command": "echo alive"})
+    assert stdout(result) == "alive\n"
+    assert mgr_b.get_session_mapping("s-kill") == [sid]
+    before = set(a.containers())
+    # A again, same state directory: it takes its containers back.
+    a.start()
+    a.expected_exit = 0
+    wait_until(lambda: len([n for n in names_in_redis(redis)
+                            if n.startswith("rda-")]) >= 2, 30,
+               what="A's records")
+    assert stdout(mgr_b.call_tool(sid, "run_shell_command",
+                                  {"command": "echo again"})) == "again\n"
+    # No duplicate, no leak: Redis and Docker agree on A's sandboxes.
+    time.sleep(1)
+    mine = {n for n in names_in_redis(redis) if n.startswith("rda-")}
+    assert mine == set(a.containers(all_states=False)), (mine,
+                                                        a.containers())
+    assert before <= set(a.containers())
+    pool_key = f"t{redis.port}:container_pool:minimal"
+    try:
+        wait_until(lambda: len(redis.cli("LRANGE", pool_key, "0", "-1")) == 2,
+                   60, what="pools refilled")
+    except AssertionError:
+        raise AssertionError(str(redis.cli("LRANGE", pool_key, "0", "-1"))
+                             + a.read_log()[-3000:] + b.read_log()[-2000:])
+    assert mgr_b.release(sid) is True
+    wait_until(lambda: sid not in a.containers(), 30, what="released by A")
+
+
+def test_redis_restart_mid_run(pair, redis):
+    a, b = pair()
+    mgr_a, mgr_b = RemoteManager(a.url), RemoteManager(b.url)
+    sa = a.create(meta={"session_ctx_id": "r1"})
+    sb = b.create(meta={"session_ctx_id": "r2"})
+    assert mgr_b.get_info(sa)["container_name"] == sa
+    redis.stop()
+    # Known sandboxes keep working from memory, on both instances.
+    assert stdout(mgr_b.call_tool(sa, "run_shell_command",
+                                  {"command": "echo down"})) == "down\n"
+    assert stdout(mgr_a.call_tool(sb, "run_shell_command",
+                                  {"command": "echo down"})) == "down\n"
+    # New ones cannot be made: 503 and why.
+    r = a.post("/v1/sandboxes", {"type": "minimal"})
+    assert r.status_code == 503, r.text
+    assert "Redis" in r.json()["detail"]
+    assert a.post("/create", {"sandbox_type": "minimal"}).json()["data"] is None
+    # Redis comes back empty (no persistence): both re-publish.
+    redis.start()
+    wait_until(lambda: names_in_redis(redis) == {sa, sb}, 30,
+               what="records re-published")
+    wait_until(lambda: a.post("/v1/sandboxes", {"type": "minimal"})
+               .status_code == 201, 30, what="creates work again")
+    assert mgr_a.get_session_mapping("r2") == [sb]
+    assert stdout(mgr_a.call_tool(sb, "run_shell_command",
+                                  {"command": "echo up"})) == "up\n"
+
+
+def test_heartbeat_expiry_reaped_exactly_once(pair, redis):
+    a, b = pair(HEARTBEAT_TIMEOUT=8)
+    plan = [(a, "hb-a"), (b, "hb-b"), (a, "hb-both"), (b, "hb-both")]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        names = list(ex.map(
+            lambda p: p[0].create(meta={"session_ctx_id": p[1]}), plan))
+    wait_until(lambda: not (set(a.containers()) | set(b.containers())),
+               90, interval=0.2, what="every session reaped")
+    logs = a.read_log() + b.read_log()
+    for session in ("hb-a", "hb-b", "hb-both"):
+        assert f"session {session} idle" in logs
+    # One instance reaped each; its owner released each once.
+    for name in names:
+        assert logs.count(f"sandbox {name} released") == 1, name
+    assert names_in_redis(redis) == set()
+
+
+@pytest.mark.parametrize("env,expect", [
+    ({"REDIS_PASSWORD": "wrong"}, "REDIS_USER/REDIS_PASSWORD"),
+    ({"REDIS_PASSWORD": "right", "REDIS_USER": "nobody"},
+     "REDIS_USER/REDIS_PASSWORD"),
+    ({"REDIS_PASSWORD": "right", "REDIS_DB": "99999"}, "REDIS_DB"),
+    ({"REDIS_PORT": "1"}, "REDIS_SERVER"),
+    ({"REDIS_SERVER": "unix:/nonexistent/redis.sock"}, "REDIS_SERVER"),
+])
+def test_bad_redis_settings_stop_start_up(env, expect, scratch, minimal_tag):
+    r = Redis(password="right")
+    try:
+        d = scratch("sbxd-")
+        e = {"PATH": os.environ["PATH"], "REDIS_ENABLED": "true",
+             "REDIS_PORT": str(r.port), "SANDBOXD_STATE_DIR": d + "/st",
+             "RUNTIME_SANDBOX_IMAGE_TAG": minimal_tag,
+             "DEFAULT_SANDBOX_TYPE": "minimal", "POOL_SIZE": "0"}
+        e.update(env)
+        p = subprocess.run([SANDBOXD_BIN, "--port", str(free_port())],
+                           env=e, cwd=d, capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith("sandboxd: " + expect), p.stderr
+        assert "right" not in p.stderr
+    finally:
+        r.stop()
+        shutil.rmtree(r.dir, ignore_errors=True)
