@@ -91,10 +91,16 @@ clean_leftovers(struct adoption *a, json_t *rec)
 	}
 }
 
+/* The state a record comes back in. One saved while still creating for
+ * the pool (sandboxd died within the state file's write delay of its
+ * start) goes back to the pool: nobody was handed it. */
 static enum sandbox_state
-saved_state(const char *name)
+saved_state(const char *name, const struct sandbox *sb)
 {
 	if (name != NULL && strcmp(name, "warm") == 0)
+		return SB_WARM;
+	if (name != NULL && strcmp(name, "creating") == 0 && sb->for_pool &&
+	    sb->session == NULL)
 		return SB_WARM;
 	if (name != NULL && strcmp(name, "stopped") == 0)
 		return SB_STOPPED;
@@ -168,11 +174,11 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 	if (!ok) {
 		log_warn("adopt: %s does not answer (%s): removing it", sb->name,
 		    why);
-		sandbox_set_state(sb, saved_state(st));
+		sandbox_set_state(sb, saved_state(st, sb));
 		lifecycle_release(sb, unadopted_cb, a);
 		return;
 	}
-	sandbox_set_state(sb, saved_state(st));
+	sandbox_set_state(sb, saved_state(st, sb));
 	metrics_count(M_ADOPTED, sb->type_name);
 	log_info("adopt: took back %s (%s, %s%s%s)", sb->name, sb->type_name,
 	    sandbox_state_name(sb->state), sb->session ? ", session " : "",
@@ -212,7 +218,7 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 	if (c->state == NULL || strcmp(c->state, "running") != 0) {
 		log_info("adopt: %s is %s: removing it", c->name,
 		    c->state ? c->state : "?");
-		sandbox_set_state(sb, saved_state(st));
+		sandbox_set_state(sb, saved_state(st, sb));
 		a->pending++;
 		lifecycle_release(sb, unadopted_cb, a);
 		return;

@@ -1,5 +1,10 @@
 """Warm pools: filled at start, a take answers from the pool, the pool
 refills in the background; one pool per type of DEFAULT_SANDBOX_TYPE."""
+import json
+import os
+import signal
+import time
+
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 
@@ -86,3 +91,30 @@ def test_sandboxes_run_without_dockers_healthcheck(start_sandboxd):
     c = s.inspect(name)
     assert c["Config"]["Healthcheck"]["Test"] == ["NONE"]
     assert "Health" not in c["State"]
+
+
+def test_pool_sandbox_saved_while_creating_comes_back_warm(start_sandboxd):
+    """sandboxd killed within the state file's write delay of a pool
+    sandbox becoming ready (its record still says "creating"): restarted,
+    it takes the sandbox back into the pool, not as a running sandbox
+    nobody holds, and makes no extra one."""
+    s = start_sandboxd(env={"POOL_SIZE": "1"})
+    wait_until(lambda: pool_ready(s) == 1, 60, what="pool of 1")
+    [name] = s.containers()
+    s.signal(signal.SIGKILL)
+    s.wait_exit(10)
+    path = os.path.join(s.state_dir, "state.json")
+    with open(path) as f:
+        state = json.load(f)
+    [rec] = [r for r in state["sandboxes"] if r["name"] == name]
+    # Killed this soon, the file may well still say "creating"; make sure.
+    assert rec["for_pool"] is True, rec
+    assert rec["state"] in ("creating", "warm"), rec
+    rec["state"] = "creating"
+    with open(path, "w") as f:
+        json.dump(state, f)
+    s.start()
+    wait_until(lambda: pool_ready(s) == 1, 60, what="pool of 1 again")
+    assert s.rpc("get_info", identity=name)["state"] == "warm"
+    time.sleep(1)
+    assert list(s.containers()) == [name], s.read_log()
