@@ -6,6 +6,7 @@ to reach the spare of the next (--run-as)."""
 import concurrent.futures
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -46,11 +47,26 @@ def in_spare(agent, command, **extra):
         time.sleep(0.1)
 
 
+def default_signals():
+    """The agent starts commands with every signal at its default; the
+    test may run with some ignored (nohup, a background job of a
+    non-interactive shell, a CI runner), which bash -c would inherit and
+    show in `trap -p`."""
+    for sig in range(1, signal.NSIG):
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def bash_c(command, cwd):
     """What bash -c answers here, as the agent would put it."""
     p = subprocess.run(["/bin/bash", "-c", command], cwd=cwd,
                        stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=30)
+                       text=True, timeout=30, preexec_fn=default_signals)
     out = {"stdout": p.stdout, "returncode": str(p.returncode)}
     if p.stderr:
         out["stderr"] = p.stderr
