@@ -427,8 +427,11 @@ undo_finish(struct lifecycle_op *op)
 	metrics_count(M_CREATE_FAILURES, sb->type_name);
 	log_warn("sandbox %s (%s) not created: %s", sb->name, sb->type_name,
 	    err.msg);
-	if (sb->port > 0)
+	if (sb->port > 0) {
 		ports_release(sd.ports, sb->port);
+		if (op->port_claimed)
+			shared_release_port(sb->port);
+	}
 	sb->port = 0;
 	sb->state = SB_RELEASED;
 	sandbox_changed(sb);
@@ -561,6 +564,52 @@ reserved_cb(struct sandbox *sb, const struct error *err, void *arg)
 		begin(arg);
 }
 
+/* With Redis: the instance limit over every instance, then begin. */
+static void
+reserve_then_begin(struct lifecycle_op *op)
+{
+	if (shared_enabled() && sd.cfg.max_instances > 0)
+		shared_reserve(op->sb, reserved_cb, op);
+	else
+		begin(op);
+}
+
+/* With Redis the host port must be no other instance's either (several
+ * on one host share PORT_RANGE): when another holds it, the next free one
+ * is tried (allocation goes round the range, so the one refused comes
+ * back only after the others), at most once round the range. */
+static void
+port_claimed_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+	struct error e;
+	int port;
+
+	if (err == NULL) {
+		op->port_claimed = 1;
+		reserve_then_begin(op);
+		return;
+	}
+	if (err->status == 409) {
+		ports_release(sd.ports, sb->port);
+		sb->port = 0;
+	}
+	if (err->status != 409 ||
+	    op->port_claims > sd.cfg.port_hi - sd.cfg.port_lo) {
+		create_failed(op, err);
+		return;
+	}
+	log_info("sandbox %s: %s; trying another", sb->name, err->msg);
+	if ((port = ports_alloc(sd.ports, &e)) < 0) {
+		create_failed(op, &e);
+		return;
+	}
+	sb->port = port;
+	sandbox_changed(sb);
+	op->port_claims++;
+	shared_claim_port(sb, port_claimed_cb, op);
+}
+
 struct sandbox *
 lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
@@ -635,11 +684,13 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
 	op->restore = storage != NULL && creq->storage_path != NULL &&
 	    workspace_is_dir(storage);
-	/* With Redis the limit counts every instance's, in one atomic
-	 * step there. */
-	if (shared_enabled() && sd.cfg.max_instances > 0)
-		shared_reserve(sb, reserved_cb, op);
-	else
-		begin(op);
+	/* With Redis the host port and the limit count every instance's,
+	 * each in one atomic step there. */
+	if (shared_enabled() && sb->port > 0) {
+		op->port_claims = 1;
+		shared_claim_port(sb, port_claimed_cb, op);
+	} else {
+		reserve_then_begin(op);
+	}
 	return sb;
 }

@@ -33,6 +33,8 @@ struct lifecycle_op {
 	double delay;			/* between probes, grows */
 	int status_checking;
 	int restore;			/* the workspace comes from storage */
+	int port_claims;		/* REDIS_PORT_KEY tries so far */
+	int port_claimed;		/* sb->port is ours in Redis */
 	enum sandbox_state prev_state;
 	struct error err;
 };

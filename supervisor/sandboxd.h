@@ -594,6 +594,13 @@ void shared_touch_session(const char *session, double when);
  * NULL) with a place, done(sb, err) with 503 when full. */
 void shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void shared_unreserve(const char *name);
+/* Claim sb->port on this host for every instance (REDIS_PORT_KEY):
+ * done(sb, NULL) when it is ours, done(sb, err) with 409 when another
+ * instance holds it, 503 when Redis is away. */
+void shared_claim_port(struct sandbox *sb, sandbox_done_cb done, void *arg);
+void shared_release_port(int port);
+/* The set of this host's claimed ports. Free it. */
+char *shared_ports_key(void);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
 

@@ -210,6 +210,62 @@ shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	free(key);
 }
 
+/* Host ports are a host's: the set of the address sandboxes publish on
+ * (SANDBOXD_ADVERTISE_ADDR, else loopback, where several instances on one
+ * host share it). */
+char *
+shared_ports_key(void)
+{
+	return shared_key("%s:%s", sd.cfg.redis_port_key,
+	    sd.cfg.advertise_addr != NULL ? sd.cfg.advertise_addr :
+	    "127.0.0.1");
+}
+
+static void
+claimed_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct shared_answer *an = arg;
+	redisReply *r = reply;
+
+	(void)ac;
+	if (r == NULL) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+	} else if (r->type != REDIS_REPLY_INTEGER) {
+		an->failed = 1;
+		error_set(&an->err, 500, "shared host ports: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
+	} else if (r->integer == 0) {
+		an->failed = 1;
+		error_set(&an->err, 409, "host port %d is another instance's",
+		    an->sb->port);
+	}
+	shared_answer_give(an);
+}
+
+void
+shared_claim_port(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct shared_answer *an = shared_answer_new(sb, done, arg);
+	char *key = shared_ports_key();
+
+	if (shared_command(claimed_cb, an, "SADD %s %d", key, sb->port) < 0) {
+		an->failed = 1;
+		shared_down_error(&an->err);
+		sandboxd_defer(shared_answer_later_cb, an);
+	}
+	free(key);
+}
+
+void
+shared_release_port(int port)
+{
+	char *key = shared_ports_key();
+
+	shared_command(shared_ignore_cb, NULL, "SREM %s %d", key, port);
+	free(key);
+}
+
 void
 shared_unreserve(const char *name)
 {

@@ -169,15 +169,8 @@ delete_record(const char *name, json_t *last)
 		shared_command(shared_ignore_cb, NULL, "LREM %s 0 %s", pkey, name);
 		free(pkey);
 	}
-	if (last != NULL && strcmp(shared_field(last, "port"), "0") != 0 &&
-	    sd.cfg.advertise_addr != NULL) {
-		char *ports = shared_key("%s:%s", sd.cfg.redis_port_key,
-		    sd.cfg.advertise_addr);
-
-		shared_command(shared_ignore_cb, NULL, "SREM %s %s", ports,
-		    shared_field(last, "port"));
-		free(ports);
-	}
+	if (last != NULL && strcmp(shared_field(last, "port"), "0") != 0)
+		shared_release_port(atoi(shared_field(last, "port")));
 	shared_announce(name);
 	free(key);
 	free(names);
@@ -248,9 +241,8 @@ write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 			shared_command(shared_ignore_cb, NULL, "HSET %s %s %s", names,
 			    sb->name, state_instance());
 			free(names);
-			if (sb->port > 0 && sd.cfg.advertise_addr != NULL) {
-				char *ports = shared_key("%s:%s",
-				    sd.cfg.redis_port_key, sd.cfg.advertise_addr);
+			if (sb->port > 0) {
+				char *ports = shared_ports_key();
 
 				shared_command(shared_ignore_cb, NULL, "SADD %s %d",
 				    ports, sb->port);

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SANDBOXD_BIN, free_port
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
-                               wait_until)
+                               wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -313,3 +313,34 @@ def test_bad_redis_settings_stop_start_up(env, expect, scratch, minimal_tag):
     finally:
         r.stop()
         shutil.rmtree(r.dir, ignore_errors=True)
+
+
+def test_host_ports_claimed_across_instances(pair, redis, scratch):
+    """Two instances on one host share PORT_RANGE: a port one of them
+    holds (REDIS_PORT_KEY) is never the other's, even before a container
+    binds it; released, it is free for either again."""
+    types = write_types(scratch(), {"net": {"from": "minimal",
+                                            "network": "bridge"}})
+    lo, hi = 62210, 62212
+    a, b = pair(PORT_RANGE=f"{lo},{hi}", SANDBOXD_TYPES=types)
+    key = f"t{redis.port}:occupied_ports:127.0.0.1"
+    # As if another instance had just claimed lo and not yet started
+    # its container: nothing is bound there, only Redis knows.
+    redis.cli("SADD", key, str(lo))
+    made = b.post("/v1/sandboxes", {"type": "net"})
+    assert made.status_code == 201, made.text
+    assert made.json()["ports"] == [lo + 1], made.json()
+    assert sorted(map(int, redis.cli("SMEMBERS", key))) == [lo, lo + 1]
+    on_a = a.post("/v1/sandboxes", {"type": "net"})
+    assert on_a.status_code == 201, on_a.text
+    assert on_a.json()["ports"] == [hi], on_a.json()
+    # The range is full for both now: a clear 503, nothing half-made.
+    full = b.post("/v1/sandboxes", {"type": "net"})
+    assert full.status_code == 503 and "PORT_RANGE" in full.json()["detail"]
+    name = made.json()["container_name"]
+    assert b.delete(f"/v1/sandboxes/{name}").status_code == 200
+    wait_until(lambda: str(lo + 1) not in redis.cli("SMEMBERS", key), 30,
+               what="the port given back in Redis")
+    for s in (a, b):
+        for n in list(s.containers()):
+            s.delete(f"/v1/sandboxes/{n}")
