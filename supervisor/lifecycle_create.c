@@ -594,9 +594,15 @@ port_claimed_cb(struct sandbox *sb, const struct error *err, void *arg)
 		ports_release(sd.ports, sb->port);
 		sb->port = 0;
 	}
-	if (err->status != 409 ||
-	    op->port_claims > sd.cfg.port_hi - sd.cfg.port_lo) {
+	if (err->status != 409) {
 		create_failed(op, err);
+		return;
+	}
+	if (op->port_claims > sd.cfg.port_hi - sd.cfg.port_lo) {
+		error_set(&e, 503, "no free host port left in PORT_RANGE %d-%d: "
+		    "those free here are held by other instances "
+		    "(REDIS_PORT_KEY)", sd.cfg.port_lo, sd.cfg.port_hi);
+		create_failed(op, &e);
 		return;
 	}
 	log_info("sandbox %s: %s; trying another", sb->name, err->msg);
