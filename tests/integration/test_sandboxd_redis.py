@@ -209,6 +209,12 @@ def test_owner_killed_then_restarted(pair, redis):
     a, b = pair(POOL_SIZE=1)
     mgr_b = RemoteManager(b.url)
     sid = a.create(meta={"session_ctx_id": "s-kill"})
+    # Killed once its pool sandbox is warm and written to its state file
+    # (50 ms after): a container killed before it has a record is
+    # removed at restart, as it should be, and would not be "before".
+    wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
+               == 1, 60, what="A's pool sandbox warm")
+    time.sleep(0.5)
     a.signal(signal.SIGKILL)
     a.wait_exit(10)
     a.expected_exit = -signal.SIGKILL
