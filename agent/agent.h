@@ -108,10 +108,10 @@ void shell_route_run(struct http_request *req, void *arg);
 struct spawn_callbacks;
 void shell_spares_init(struct agent *agent);
 struct spawn *shell_spare_take(const char *command, size_t len,
-    int too_long_for_argv, const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
-    double timeout);
+    int too_long_for_argv, const struct spawn_callbacks *cb, void *arg,
+    const size_t cap[3], double timeout);
 void shell_spares_stop(void);
-void shell_exec_options(const struct agent *agent, struct spawn_options *opts);
+void shell_exec_options(struct spawn_options *opts);
 
 /* gitops.c: the /watcher routes. gitops_routes_init runs once at start,
  * after the event loop exists; the repository itself is opened (and

@@ -52,8 +52,8 @@ desktop_web_authorize(struct agent *agent, struct http_request *req,
 		offered = 1;
 		ok = http_token_equal(password, agent->token);
 	}
-	if (!ok && cookie && (from_cookie = http_cookie_value(http_request_header(
-	    req, "Cookie"), DESKTOP_WEB_COOKIE)) != NULL) {
+	if (!ok && cookie && (from_cookie = http_cookie_value(
+	    http_request_header(req, "Cookie"), DESKTOP_WEB_COOKIE)) != NULL) {
 		offered = 1;
 		ok = http_token_equal(from_cookie, agent->token);
 		free(from_cookie);

@@ -4,8 +4,9 @@
  * The command runs under bash (else sh) -c in the workspace, stdin from
  * /dev/null, in its own process group under a keeper (spawn_child.c),
  * confined by the seccomp program: in a spare shell started ahead of it
- * when one is ready (shell_spare.c), else in one started now. A command too long for argv comes to
- * the shell through its stdin (SHELL_FROM_STDIN).
+ * when one is ready (shell_spare.c), else in one started now. A command
+ * too long for argv comes to the shell through its stdin
+ * (SHELL_FROM_STDIN).
  * Plain calls answer one MCP result when the command is done: stdout and
  * stderr capped, a note when output was cut or the command timed out.
  * With "stream": true the answer is NDJSON events while it runs; a client
@@ -328,7 +329,7 @@ shell_route_run(struct http_request *req, void *arg)
 	 * side. The shell was found at start; were it gone, the answer is
 	 * 127, as from bash -c. A stream's first event needs the pid. */
 	opts.async = !stream;
-	shell_exec_options(agent, &opts);
+	shell_exec_options(&opts);
 	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
 	if (script >= 0)
 		close(script);

@@ -194,7 +194,7 @@ spare_start(struct spare *s)
 	opts.pass_fds = pass;
 	opts.npass_fds = 2;
 	opts.async = 1;
-	shell_exec_options(agent, &opts);
+	shell_exec_options(&opts);
 	s->sp = spawn_start(agent->base, &opts, &cb, NULL, &err);
 	close(go[0]);
 	if (s->sp == NULL) {
@@ -258,9 +258,8 @@ fail:
 }
 
 void
-shell_exec_options(const struct agent *agent, struct spawn_options *opts)
+shell_exec_options(struct spawn_options *opts)
 {
-	(void)agent;
 	if (pool.bash_fd >= 0) {
 		opts->use_exec_fd = 1;
 		opts->exec_fd = pool.bash_fd;

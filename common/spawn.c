@@ -44,7 +44,8 @@ struct spawn {
 	int done;		/* on_exit has been called */
 	int paused;
 	int ready;		/* executed its program (async: once seen) */
-	int report_fd;		/* reports still to come (a keeper's, to the end) */
+	/* Reports still to come (a keeper's, to the end). */
+	int report_fd;
 	struct event *report_ev;
 	int report_err;
 	struct spawn_stream out[3];	/* [1] stdout, [2] stderr; [0] unused */

@@ -139,7 +139,8 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
-	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? o->exec_fd : -1);
+	close_from(3 + (int)o->npass_fds, errfd,
+	    o->use_exec_fd ? o->exec_fd : -1);
 	if (o->seccomp != NULL) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,

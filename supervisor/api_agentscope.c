@@ -299,7 +299,8 @@ rpc_get_status(struct http_request *req, const char *what, json_t *args)
 	if (sb != NULL && shared_is_remote(sb))
 		reply_data(req, json_string(sb->state == SB_RELEASING ?
 		    "released" : "running"));
-	else if (sb != NULL && (sb->state == SB_RELEASED || sb->container_id == NULL))
+	else if (sb != NULL && (sb->state == SB_RELEASED ||
+	    sb->container_id == NULL))
 		reply_data(req, json_string(sb->state == SB_RELEASED ?
 		    "released" : "creating"));
 	else if (sb != NULL)

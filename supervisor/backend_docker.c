@@ -99,7 +99,8 @@ create_body(const struct backend_spec *s)
 		    json_pack("{s:{}}", port_key));
 		json_object_set_new(host, "PortBindings",
 		    json_pack("{s:[{s:s,s:s}]}", port_key, "HostIp",
-		    s->host_ip != NULL ? s->host_ip : "127.0.0.1", "HostPort", hport));
+		    s->host_ip != NULL ? s->host_ip : "127.0.0.1", "HostPort",
+		    hport));
 	}
 	json_object_set_new(body, "HostConfig", host);
 	return body;

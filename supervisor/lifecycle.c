@@ -244,8 +244,8 @@ busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
 
 	if (shared_is_remote(sb)) {
 		/* Only the owner talks to its Docker. */
-		error_set(&err, 409, "sandbox %s belongs to sandboxd instance %s; "
-		    "start or stop it there", sb->name, sb->owner);
+		error_set(&err, 409, "sandbox %s belongs to sandboxd instance "
+		    "%s; start or stop it there", sb->name, sb->owner);
 		answer_later(sb, done, arg, &err);
 		return -1;
 	}

@@ -148,9 +148,9 @@ shared_check(struct error *err)
 	if ((n = auth_argv(argv)) > 0) {
 		r = redisCommandArgv(c, n, argv, NULL);
 		if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-			error_set(err, 500, "REDIS_USER/REDIS_PASSWORD: Redis at %s "
-			    "refused them: %s", shared_server_name(), r != NULL ?
-			    r->str : c->errstr);
+			error_set(err, 500, "REDIS_USER/REDIS_PASSWORD: Redis "
+			    "at %s refused them: %s", shared_server_name(),
+			    r != NULL ? r->str : c->errstr);
 			goto fail;
 		}
 		freeReplyObject(r);

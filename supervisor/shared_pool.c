@@ -171,25 +171,40 @@ static const char reserve_script[] =
     "return redis.call('HLEN', KEYS[1]) * -1 end "
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
 
+/* The integer a command answered for an, or -1 with an failed: Redis
+ * gone, or an answer that is not an integer (what names the command). */
+static int
+integer_reply(struct shared_answer *an, redisReply *r, const char *what,
+    long long *out)
+{
+	if (r == NULL) {
+		an->failed = 1;
+		shared_lost_error(&an->err);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_INTEGER) {
+		an->failed = 1;
+		error_set(&an->err, 500, "%s: %s", what,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
+		return -1;
+	}
+	*out = r->integer;
+	return 0;
+}
+
 static void
 reserved_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	struct shared_answer *an = arg;
-	redisReply *r = reply;
+	long long n;
 
 	(void)ac;
-	if (r == NULL) {
-		an->failed = 1;
-		shared_lost_error(&an->err);
-	} else if (r->type != REDIS_REPLY_INTEGER) {
-		an->failed = 1;
-		error_set(&an->err, 500, "shared instance count: %s",
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
-	} else if (r->integer <= 0) {
+	if (integer_reply(an, reply, "shared instance count", &n) == 0 &&
+	    n <= 0) {
 		an->failed = 1;
 		error_set(&an->err, 503, "the instance limit is reached: %lld "
 		    "live sandboxes on all instances (MAX_SANDBOX_INSTANCES=%ld)",
-		    -r->integer, sd.cfg.max_instances);
+		    -n, sd.cfg.max_instances);
 	}
 	shared_answer_give(an);
 }
@@ -225,17 +240,11 @@ static void
 claimed_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	struct shared_answer *an = arg;
-	redisReply *r = reply;
+	long long added;
 
 	(void)ac;
-	if (r == NULL) {
-		an->failed = 1;
-		shared_lost_error(&an->err);
-	} else if (r->type != REDIS_REPLY_INTEGER) {
-		an->failed = 1;
-		error_set(&an->err, 500, "shared host ports: %s",
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected answer");
-	} else if (r->integer == 0) {
+	if (integer_reply(an, reply, "shared host ports", &added) == 0 &&
+	    added == 0) {
 		an->failed = 1;
 		error_set(&an->err, 409, "host port %d is another instance's",
 		    an->sb->port);
