@@ -133,6 +133,10 @@ static const struct config_option options[] = {
 	{ "--shutdown-parallel", "SANDBOXD_SHUTDOWN_PARALLEL", CONFIG_INT,
 	    C(shutdown_parallel), "N", "Docker calls at once while shutdown "
 	    "removes every sandbox (AUTO_CLEANUP; default 32)" },
+	{ "--shutdown-timeout", "SANDBOXD_SHUTDOWN_TIMEOUT", CONFIG_DOUBLE,
+	    C(shutdown_timeout), "SECONDS", "how long shutdown removes "
+	    "sandboxes before it exits leaving the rest for the next start "
+	    "(AUTO_CLEANUP; default 80: under systemd's 90 s stop timeout)" },
 	{ "--log-level", "SANDBOXD_LOG_LEVEL", CONFIG_STRING, C(log_level),
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
@@ -189,6 +193,7 @@ set_defaults(struct sandboxd_config *c)
 	c->pool_parallel = 2;
 	c->docker_parallel = 8;
 	c->shutdown_parallel = 32;
+	c->shutdown_timeout = 80;
 	c->header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	c->body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
@@ -621,6 +626,11 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->shutdown_parallel < 1 || c->shutdown_parallel > 1000) {
 		error_set(err, 400, "SANDBOXD_SHUTDOWN_PARALLEL: must be between "
 		    "1 and 1000");
+		return -1;
+	}
+	if (!(c->shutdown_timeout > 0)) {
+		error_set(err, 400, "SANDBOXD_SHUTDOWN_TIMEOUT: must be "
+		    "positive");
 		return -1;
 	}
 	if (c->pool_parallel < 1) {

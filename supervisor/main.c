@@ -22,8 +22,6 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
-/* How long shutdown waits for removals before giving up on them. */
-#define SHUTDOWN_DEADLINE 90.0
 /* Seconds between "removed N of M" lines while shutdown removes. */
 #define SHUTDOWN_PROGRESS_EVERY 2.0
 
@@ -144,10 +142,22 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (lifecycle_busy() > 0 && now < shutdown_deadline)
 		return;
-	if (lifecycle_busy() > 0)
-		log_error("shutdown: %zu operations still running after %.0f s; "
-		    "exiting anyway", lifecycle_busy(), SHUTDOWN_DEADLINE);
 	state_flush();
+	if (lifecycle_busy() > 0) {
+		log_error("shutdown: %zu operations still running after %.0f s "
+		    "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway",
+		    lifecycle_busy(), sd.cfg.shutdown_timeout);
+		/* No last sweep: it would wait on Docker as long as the
+		 * removals did. What is left keeps its label and its record
+		 * in the state file for the next start. */
+		if (sd.cfg.auto_cleanup) {
+			shutdown_progress();
+			shutdown_left = sandbox_count_live();
+		}
+		sweeping = 1;
+		finish();
+		return;
+	}
 	if (!sd.cfg.auto_cleanup) {
 		log_info("shutdown: AUTO_CLEANUP is off: %zu sandboxes keep "
 		    "running and will be taken back at the next start",
@@ -199,7 +209,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	health_stop();
 	sessions_stop();
 	shutdown_began = sandboxd_now();
-	shutdown_deadline = shutdown_began + SHUTDOWN_DEADLINE;
+	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
 	if (sd.cfg.auto_cleanup) {
 		/* Removals are force removes (no stop, no grace period) and

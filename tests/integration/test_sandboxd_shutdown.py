@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import threading
+import time
 
 from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F401
                                wait_until)
@@ -35,13 +36,15 @@ def test_sigterm_removes_a_full_pool_and_counts(start_sandboxd):
 
 class RefusingDocker:
     """A unix socket in front of the real Docker daemon that answers every
-    container removal with Docker's own error shape and status 500, and
-    passes every other request through. sandboxd's client sends one
+    container removal with Docker's own error shape and status 500 (or,
+    with hang=True, never answers it, as a Docker too busy to get to it),
+    and passes every other request through. sandboxd's client sends one
     request per connection (Connection: close), so the first line says
     all."""
 
-    def __init__(self, path):
+    def __init__(self, path, hang=False):
         self.path = path
+        self.hang = hang
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         self.upstream = host[len("unix://"):]
         self.refused = 0
@@ -69,6 +72,12 @@ class RefusingDocker:
             first += chunk
         if first.startswith(b"DELETE /containers/"):
             self.refused += 1
+            if self.hang:
+                # Until sandboxd gives up and closes.
+                while conn.recv(65536):
+                    pass
+                conn.close()
+                return
             body = b'{"message":"removal refused (test)"}'
             conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\n"
                          b"Content-Type: application/json\r\n"
@@ -127,3 +136,46 @@ def test_exit_status_says_some_are_left(start_sandboxd, scratch):
     finally:
         proxy.close()
     s.expected_exit = 1
+
+
+def test_shutdown_timeout_exits_leaving_the_rest_labelled(start_sandboxd,
+                                                          scratch):
+    """SANDBOXD_SHUTDOWN_TIMEOUT bounds the whole shutdown: removals Docker
+    has not answered by then are given up, with no last sweep that would
+    wait on Docker again; the exit status is 1 and what is left keeps its
+    label and its record for the next start, which removes it."""
+    sock = os.path.join(scratch("sbxd-dk-"), "docker.sock")
+    proxy = RefusingDocker(sock, hang=True)
+    try:
+        s = start_sandboxd(env={"DOCKER_HOST": f"unix://{sock}",
+                                "POOL_SIZE": "3",
+                                "SANDBOXD_SHUTDOWN_TIMEOUT": "2"})
+        wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}']
+                   == 3, 120, what="3 warm sandboxes")
+        t0 = time.monotonic()
+        s.signal(signal.SIGTERM)
+        assert s.wait_exit() == 1
+        took = time.monotonic() - t0
+        assert took < 10, took
+        log = s.read_log()
+        assert ("shutdown: 3 operations still running after 2 s "
+                "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway") in log, \
+            log[-3000:]
+        assert ("shutdown: 3 containers could not be removed and are left "
+                "running, labelled for the next start") in log, log[-3000:]
+        assert proxy.refused == 3          # no sweep after the timeout
+        left = s.containers()
+        assert len(left) == 3
+    finally:
+        proxy.close()
+    s.expected_exit = 1
+    # The next start with this state directory, on the real Docker, takes
+    # them back (AUTO_CLEANUP: as pool sandboxes) or removes them; its own
+    # shutdown then removes every one.
+    s2 = start_sandboxd(state_dir=s.state_dir,
+                        env={"POOL_SIZE": "3"})
+    wait_until(lambda: s2.metrics()['sandboxd_pool_ready{type="minimal"}']
+               == 3, 120, what="3 warm sandboxes after the restart")
+    s2.signal(signal.SIGTERM)
+    assert s2.wait_exit() == 0
+    assert s.containers() == {} and s2.containers() == {}

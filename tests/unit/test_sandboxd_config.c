@@ -153,6 +153,7 @@ test_bad_values_name_their_key(void **state)
 		{ "DOCKER_HOST", "tcp://127.0.0.1:2375", "DOCKER_HOST" },
 		{ "AUTO_CLEANUP", "sometimes", "AUTO_CLEANUP" },
 		{ "SANDBOXD_SHUTDOWN_PARALLEL", "0", "SANDBOXD_SHUTDOWN_PARALLEL" },
+		{ "SANDBOXD_SHUTDOWN_TIMEOUT", "0", "SANDBOXD_SHUTDOWN_TIMEOUT" },
 	};
 	struct sandboxd_config cfg;
 	struct error err;
