@@ -25,6 +25,10 @@
 #include "xmalloc.h"
 
 #define STATE_WRITE_DELAY_US 50000
+/* While shutdown removes every sandbox the file changes with each removal,
+ * and with a thousand records each write costs milliseconds of the CPU
+ * Docker needs for the removals; the last write comes at the end anyway. */
+#define STATE_WRITE_DELAY_SHUTDOWN_US 1000000
 
 static char instance[TOKEN_HEX_LEN];
 static char *state_path;
@@ -182,6 +186,10 @@ state_dirty(void)
 {
 	struct timeval tv = { 0, STATE_WRITE_DELAY_US };
 
+	if (sd.shutting_down) {
+		tv.tv_sec = STATE_WRITE_DELAY_SHUTDOWN_US / 1000000;
+		tv.tv_usec = STATE_WRITE_DELAY_SHUTDOWN_US % 1000000;
+	}
 	if (shared_enabled())
 		shared_dirty();
 	if (write_ev == NULL || evtimer_pending(write_ev, NULL))

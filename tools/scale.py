@@ -10,19 +10,23 @@ figures of `make bench`.
       sandboxd's, dockerd's and the sandboxes' CPU over a few health rounds;
       then SIGTERM and time the shutdown. Prints the figures as k=v lines.
       --check: exit 1 unless every create and call succeeded, sandboxd
-      exited 0 and no container of its was left (the scale test).
+      exited 0 within 30 s and no container of its was left (the scale
+      test). --baseline: then time Docker alone removing as many (see
+      docker-rate) and let the shutdown take up to 1.25 times that when
+      Docker itself cannot remove them in 30 s.
       --no-calls, --no-health, --no-shutdown leave those steps out (the
       bench's memory figure; sandboxd still removes its sandboxes at the
       end, untimed).
   scale.py docker-rate N [options]
-      Docker alone, for comparison: `docker run -d` N containers of the
-      same image (PARALLEL at once), then `docker rm -f` them in BATCHES
-      parallel batches; prints both rates.
+      Docker alone, for comparison, through the Engine API as sandboxd
+      calls it: N containers like minimal sandboxes, agents running,
+      created and started PARALLEL at once, then force-removed RM_PARALLEL
+      at once; prints both rates.
 
 Options: --type minimal, --tag TAG (RUNTIME_SANDBOX_IMAGE_TAG; default: the
 image of this tree's agent, as the tests tag it, built when missing: only
 for minimal), --parallel
-16, --batches 4, --marks 0,250,500 (create rate after that many were
+16, --rm-parallel 32, --marks 0,250,500 (create rate after that many were
 live, over --window 50 creates), --health-interval 5, --health-rounds 4,
 --prefix sbxscale- (containers made here; leftovers with it are removed at
 the end, whatever happened), --sandboxd supervisor/sandboxd, --env K=V
@@ -41,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -135,9 +140,10 @@ def pidof(name):
     return int(pids[0]) if pids else None
 
 
-def docker_ids(prefix):
+def docker_ids(prefix, running=False):
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--no-trunc", "--filter", f"name=^/{prefix}"],
+        ["docker", "ps", "-q" if running else "-aq", "--no-trunc", "--filter",
+         f"name=^/{prefix}"],
         capture_output=True, text=True, check=True, timeout=300)
     return out.stdout.split()
 
@@ -159,16 +165,34 @@ def remove_leftovers(prefix):
     return len(ids) - len(left)
 
 
+_docker_local = threading.local()
+
+
+def docker_api(method, path, body=None, timeout=600):
+    """One Engine API call over Docker's unix socket (a keep-alive
+    connection per thread): (status, bytes)."""
+    conn = getattr(_docker_local, "conn", None)
+    if conn is None:
+        conn = http.client.HTTPConnection("localhost", timeout=timeout)
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(timeout)
+        sock.connect("/var/run/docker.sock")
+        conn.sock = sock
+        _docker_local.conn = conn
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        conn.request(method, path, data, {"Content-Type": "application/json"}
+                     if data is not None else {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    except (OSError, http.client.HTTPException):
+        _docker_local.conn = None
+        raise
+
+
 def docker_get(path):
-    """GET path from the Docker Engine API over its unix socket: bytes."""
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect("/var/run/docker.sock")
-    conn = http.client.HTTPConnection("localhost")
-    conn.sock = sock
-    conn.request("GET", path)
-    body = conn.getresponse().read()
-    conn.close()
-    return body
+    """GET path from the Docker Engine API: bytes."""
+    return docker_api("GET", path)[1]
 
 
 def docker_list_cost(instance, dockerd, calls=10):
@@ -231,6 +255,9 @@ def start_sandboxd(a, workdir):
         "CONTAINER_PREFIX_KEY": a.prefix,
         "SANDBOXD_STATE_DIR": os.path.join(workdir, "st"),
         "SANDBOXD_HEALTH_INTERVAL": str(a.health_interval),
+        # The scale test times the whole removal, however long Docker
+        # takes; the default (80 s) would stop short and exit 1.
+        "SANDBOXD_SHUTDOWN_TIMEOUT": "1800",
     })
     env.update(kv.split("=", 1) for kv in a.env)
     logf = open(os.path.join(workdir, "sandboxd.log"), "wb")
@@ -386,6 +413,18 @@ def run(a):
                     errors="replace").splitlines() if "shutdown" in x]
             for line in lines[-4:]:
                 log("  " + line)
+            out["shutdown_within_30s"] = "yes" if out["shutdown_s"] <= 30 \
+                else "no"
+            if a.baseline:
+                # Docker alone removing as many, right after: the best
+                # this Docker does here and now.
+                out.update(docker_rate(a))
+                out["shutdown_vs_docker"] = round(
+                    out["shutdown_s"] / out["docker_rm_s"], 2)
+                if out["shutdown_s"] > max(30, 1.25 * out["docker_rm_s"]):
+                    ok = False
+            elif out["shutdown_s"] > 30:
+                ok = False
     finally:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -409,31 +448,59 @@ def run(a):
 
 
 def docker_rate(a):
+    """Docker alone, through the Engine API as sandboxd calls it: each
+    container like a minimal sandbox (network none, no Docker healthcheck,
+    every capability dropped, its agent running: without a token it would
+    exit at once and a removal of a stopped container is ten times
+    cheaper), created and started PARALLEL at once; then all force-removed,
+    RM_PARALLEL at once (sandboxd's SANDBOXD_SHUTDOWN_PARALLEL default)."""
     image = f"agentscope/runtime-sandbox-{a.type}:{a.tag}"
     names = [f"{a.prefix}dr-{i}" for i in range(a.n)]
+    body = {"Image": image, "Env": ["SECRET_TOKEN=" + "x" * 32],
+            "Cmd": ["--listen", "unix:/tmp/agent.sock"],
+            "Labels": {"io.agentscope.sandboxd.scale": "docker-rate"},
+            "StopTimeout": 2, "Healthcheck": {"Test": ["NONE"]},
+            "HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"],
+                           "SecurityOpt": ["no-new-privileges"]}}
 
     def one(name):
-        subprocess.run(["docker", "run", "-d", "--network", "none",
-                        "--name", name, image], capture_output=True,
-                       check=True)
+        status, out = docker_api("POST", f"/containers/create?name={name}",
+                                 body)
+        if status != 201:
+            raise RuntimeError(f"create {name}: {status} {out[:200]!r}")
+        cid = json.loads(out)["Id"]
+        status, out = docker_api("POST", f"/containers/{cid}/start")
+        if status != 204:
+            raise RuntimeError(f"start {name}: {status} {out[:200]!r}")
+        return cid
+
+    def gone(cid):
+        status, out = docker_api("DELETE", f"/containers/{cid}?force=1&v=1")
+        if status != 204:
+            raise RuntimeError(f"remove: {status} {out[:200]!r}")
     try:
         t0 = time.monotonic()
         with ThreadPoolExecutor(a.parallel) as ex:
-            list(ex.map(one, names))
+            ids = list(ex.map(one, names))
         t_run = time.monotonic() - t0
-        size = (a.n + a.batches - 1) // a.batches
+        log(f"docker alone: {a.n} started in {t_run:.1f} s")
+        time.sleep(2)
+        running = docker_ids(a.prefix, running=True)
+        if len(running) != a.n:
+            raise RuntimeError(f"{a.n - len(running)} containers did not "
+                               "keep running")
         t0 = time.monotonic()
-        with ThreadPoolExecutor(a.batches) as ex:
-            list(ex.map(lambda i: subprocess.run(
-                ["docker", "rm", "-f", *names[i:i + size]],
-                capture_output=True, check=True), range(0, a.n, size)))
+        with ThreadPoolExecutor(a.rm_parallel) as ex:
+            list(ex.map(gone, ids))
         t_rm = time.monotonic() - t0
+        log(f"docker alone: {a.n} removed in {t_rm:.1f} s")
     finally:
         remove_leftovers(a.prefix)
-    print(f"docker_run_n={a.n} docker_run_s={t_run:.1f} "
-          f"docker_run_per_s={a.n / t_run:.2f} docker_rm_s={t_rm:.1f} "
-          f"docker_rm_per_s={a.n / t_rm:.2f} rm_batches={a.batches}",
-          flush=True)
+    return {"docker_run_n": a.n, "docker_run_s": round(t_run, 1),
+            "docker_run_per_s": round(a.n / t_run, 2),
+            "docker_rm_s": round(t_rm, 1),
+            "docker_rm_per_s": round(a.n / t_rm, 2),
+            "docker_rm_parallel": a.rm_parallel}
 
 
 def agent_tag(type_name):
@@ -460,7 +527,8 @@ def main():
     p.add_argument("--type", default="minimal")
     p.add_argument("--tag")
     p.add_argument("--parallel", type=int, default=16)
-    p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--rm-parallel", type=int, default=32)
+    p.add_argument("--baseline", action="store_true")
     p.add_argument("--marks", default="0,250,500")
     p.add_argument("--window", type=int, default=50)
     p.add_argument("--health-interval", type=float, default=5)
@@ -479,7 +547,8 @@ def main():
     if a.cmd == "run":
         run(a)
     else:
-        docker_rate(a)
+        out = docker_rate(a)
+        print(" ".join(f"{k}={v}" for k, v in out.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 #   with BENCH_SCALE_N (250) live: GET /v1/sandboxes and list_session_keys,
 #   the CPU of a health round, host memory per minimal sandbox, and the
 #   SIGTERM with AUTO_CLEANUP that removes them; Docker alone removing as
-#   many (`docker rm -f`, 4 batches at once) for comparison; host memory
+#   many (Engine API, 32 at once, right after) for comparison; host memory
 #   per base sandbox (BENCH_SCALE_BASE_N, 50).
 #
 # Containers are named sbxbench-*; any left are removed at the end. Takes
@@ -48,7 +48,7 @@ section_scale() {
 		fail "scale rate: $out"
 	fi
 
-	if out=$(scale_run run "$BENCH_SCALE_N" --marks 0 --check); then
+	if out=$(scale_run run "$BENCH_SCALE_N" --marks 0 --check --baseline); then
 		row "GET /v1/sandboxes, $BENCH_SCALE_N listed (p50)" \
 			"$(field list_sandboxes_p50_ms "$out") ms" "<= 10 ms" \
 			"$(verdict "$(field list_sandboxes_p50_ms "$out")" '<=' 10)"
@@ -68,21 +68,16 @@ section_scale() {
 			"$(field host_mem_per_sandbox_mib "$out") MiB"
 		row "SIGTERM, AUTO_CLEANUP, $BENCH_SCALE_N sandboxes" \
 			"$(field shutdown_s "$out") s, $(field left_after_shutdown "$out") left" \
-			"exit 0, none left" \
-			"$(verdict "$(field left_after_shutdown "$out")" '<=' 0)"
+			"<= 30 s, none left" \
+			"$(verdict "$(field shutdown_s "$out")" '<=' 30)"
+		row "  Docker alone: create + start, 16 at once" \
+			"$(field docker_run_per_s "$out") /s"
+		row "  Docker alone: force remove, 32 at once" \
+			"$(field docker_rm_s "$out") s ($(field docker_rm_per_s "$out") /s)"
+		row "  shutdown / Docker alone" "$(field shutdown_vs_docker "$out")x"
 	else
 		row "$BENCH_SCALE_N sandboxes" "error"
 		fail "scale: $out"
-	fi
-
-	if out=$(scale_run docker-rate "$BENCH_SCALE_N"); then
-		row "  Docker alone: docker run -d, 16 at once" \
-			"$(field docker_run_per_s "$out") /s"
-		row "  Docker alone: docker rm -f, 4 batches" \
-			"$(field docker_rm_s "$out") s ($(field docker_rm_per_s "$out") /s)"
-	else
-		row "Docker alone" "error"
-		fail "docker-rate: $out"
 	fi
 
 	if out=$(scale_run run "$BENCH_SCALE_BASE_N" --type base --marks "" \
