@@ -77,6 +77,9 @@ struct sandboxd_config {
 	char *redis_pool_key;		/* REDIS_CONTAINER_POOL_KEY */
 	char *redis_port_key;		/* REDIS_PORT_KEY */
 	char *advertise_addr;		/* NULL: instances share one host */
+	double redis_lease;		/* seconds an instance's lease lasts */
+	double redis_dead_grace;	/* seconds after a lapsed lease until
+					 * its records are removed */
 	long max_instances;		/* 0: no limit */
 	double heartbeat_timeout;	/* seconds; 0: sessions never expire */
 	char *k8s_namespace;

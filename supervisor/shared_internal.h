@@ -1,7 +1,8 @@
 /*
  * What the shared-state files share (shared_records.c: records, mirror,
  * announcements; shared_pool.c: pool takes and the instance count;
- * shared_sessions.c: heartbeats and the reaper).
+ * shared_sessions.c: heartbeats and the reaper; shared_owners.c: leases
+ * and instances gone for good).
  */
 #ifndef SHARED_INTERNAL_H
 #define SHARED_INTERNAL_H
@@ -42,6 +43,14 @@ json_t *shared_reply_fields(redisReply *r);
 struct sandbox *shared_mirror_get(const char *name);
 struct sandbox *shared_mirror_add(const char *name, json_t *f);
 void shared_mirror_apply(struct sandbox *sb, json_t *f);
+/* Drop name from the mirror (its record is gone from Redis). */
+void shared_mirror_forget(const char *name);
+/* The lease (shared_owners.c): renewed at connect, before anything is
+ * written, and every second; a lease found lapsed writes all again. */
+void shared_lease_connected(void);
+void shared_lease_tick(void);
+/* Remove what instances gone for good left (the reaper-lock holder). */
+void shared_sweep_dead(void);
 /* The answer to HGETALL live at connect (shared_pool.c). */
 void shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
 

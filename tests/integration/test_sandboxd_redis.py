@@ -349,3 +349,125 @@ def test_host_ports_claimed_across_instances(pair, redis, scratch):
     for s in (a, b):
         for n in list(s.containers()):
             s.delete(f"/v1/sandboxes/{n}")
+
+
+def listed(s):
+    return [x["container_name"] for x in s.get("/v1/sandboxes").json()[
+        "sandboxes"]]
+
+
+def lease_env(redis, prefix, grace, **more):
+    """An instance with a 2 s lease and the given grace after it."""
+    return redis_env(redis, prefix, SANDBOXD_REDIS_LEASE=2,
+                     SANDBOXD_REDIS_DEAD_GRACE=grace, **more)
+
+
+def kill_when_pool_warm(a, redis):
+    wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
+               == 1, 60, what="A's pool sandbox warm")
+    # In its state file (written 50 ms after), so it comes back.
+    time.sleep(0.5)
+    warm = [n for n in redis.cli("LRANGE", f"t{redis.port}:container_pool:"
+                                 "minimal", "0", "-1") if n.startswith("rda-")]
+    a.signal(signal.SIGKILL)
+    a.wait_exit(10)
+    a.expected_exit = -signal.SIGKILL
+    return warm
+
+
+def test_dead_owner_warm_sandbox_not_handed_out(start_sandboxd, redis):
+    """A warm sandbox whose owner holds no lease is not handed out (nobody
+    would answer for it); the owner, back, offers it again."""
+    pool_key = f"t{redis.port}:container_pool:minimal"
+
+    def pool():
+        return redis.cli("LRANGE", pool_key, "0", "-1")
+
+    a = start_sandboxd(env=lease_env(redis, "rda-", 600, POOL_SIZE=1))
+    wait_until(lambda: len(pool()) == 1, 60, what="A's pool sandbox warm")
+    # B's warm one queued after A's: a take through B finds A's first.
+    b = start_sandboxd(env=lease_env(redis, "rdb-", 600, POOL_SIZE=1))
+    wait_until(lambda: len(pool()) == 2, 60, what="B's pool sandbox warm")
+    warm = kill_when_pool_warm(a, redis)
+    assert pool()[0] == warm[0]
+    wait_until(lambda: redis.cli("EXISTS", f"t{redis.port}:instance:"
+                                 f"{a.instance}") == ["0"], 20,
+               what="A's lease lapsed")
+    mgr_b = RemoteManager(b.url)
+    taken = mgr_b.create_from_pool(sandbox_type="minimal",
+                                   meta={"session_ctx_id": "s-warm"})
+    assert taken.startswith("rdb-"), (taken, warm)
+    assert warm[0] not in pool()
+    # Within the grace its records stay: a restart is not a death.
+    assert warm[0] in listed(b)
+    a.start()
+    a.expected_exit = 0
+    wait_until(lambda: warm[0] in pool(), 30,
+               what="A offers its warm sandbox again")
+    # Oldest first: within as many takes as the list holds.
+    n = len(pool())
+    got = [mgr_b.create_from_pool(sandbox_type="minimal") for _ in range(n)]
+    assert warm[0] in got, (got, warm)
+
+
+def test_dead_owner_records_removed_then_owner_back(start_sandboxd, redis,
+                                                    scratch):
+    """Past its lease and SANDBOXD_REDIS_DEAD_GRACE, what a dead instance
+    left in Redis is removed by the reaper-lock holder (its containers are
+    left alone: only their owner talks to its Docker); the owner back
+    adopts its containers and writes their records again, once each."""
+    types = write_types(scratch(), {"net": {"from": "minimal",
+                                            "network": "bridge"}})
+    lo, hi = 62220, 62229
+    more = dict(SANDBOXD_TYPES=types, PORT_RANGE=f"{lo},{hi}")
+    grace = 3
+    a = start_sandboxd(env=lease_env(redis, "rda-", grace, POOL_SIZE=1,
+                                     **more))
+    b = start_sandboxd(env=lease_env(redis, "rdb-", grace, POOL_SIZE=0,
+                                     **more))
+    p = f"t{redis.port}:"
+    sid = a.create(meta={"session_ctx_id": "s-dead"})
+    nid = a.create(sandbox_type="net", meta={"session_ctx_id": "s-dead"})
+    port = RemoteManager(b.url).get_info(nid)["ports"][0]
+    ports_key = f"{p}occupied_ports:127.0.0.1"
+    assert str(port) in redis.cli("SMEMBERS", ports_key)
+    warm = kill_when_pool_warm(a, redis)
+    killed = time.time()
+    before = set(a.containers())
+    assert {sid, nid} | set(warm) <= set(listed(b))
+
+    def mine():
+        return {n for n in names_in_redis(redis) if n.startswith("rda-")}
+
+    wait_until(lambda: not any(n.startswith("rda-") for n in listed(b)), 60,
+               what="B no longer lists A's sandboxes")
+    # Not before the lease lapsed and the grace passed.
+    assert time.time() - killed >= grace - 0.5
+    assert mine() == set()
+    assert redis.cli("KEYS", f"{p}sb:rda-*") == []
+    assert redis.cli("SMEMBERS", f"{p}session:s-dead") == []
+    assert not [n for n in redis.cli("HKEYS", f"{p}live")
+                if n.startswith("rda-")]
+    assert str(port) not in redis.cli("SMEMBERS", ports_key)
+    assert not [n for n in redis.cli("LRANGE", f"{p}container_pool:minimal",
+                                     "0", "-1") if n.startswith("rda-")]
+    assert a.instance not in redis.cli("HKEYS", f"{p}instances")
+    mgr_b = RemoteManager(b.url)
+    assert mgr_b.get_session_mapping("s-dead") == []
+    assert not known(b, sid)
+    # The containers are A's: B did not touch them.
+    assert set(a.containers()) == before
+    # A back: its containers adopted, their records written once each.
+    a.start()
+    a.expected_exit = 0
+    wait_until(lambda: {sid, nid} | set(warm) <= mine(), 30,
+               what="A's records back")
+    time.sleep(1)
+    assert mine() == set(a.containers(all_states=False)) == before
+    names = listed(b)
+    assert len(names) == len(set(names))
+    assert {sid, nid} | set(warm) <= set(names)
+    assert sorted(mgr_b.get_session_mapping("s-dead")) == sorted([sid, nid])
+    assert str(port) in redis.cli("SMEMBERS", ports_key)
+    assert stdout(mgr_b.call_tool(nid, "run_shell_command",
+                                  {"command": "echo back"})) == "back\n"
