@@ -9,6 +9,8 @@
 
 #include "sandboxd.h"
 
+#include <netdb.h>
+
 #include <event2/util.h>
 #include <hiredis/hiredis.h>
 
@@ -53,5 +55,22 @@ void shared_lease_tick(void);
 void shared_sweep_dead(void);
 /* The answer to HGETALL live at connect (shared_pool.c). */
 void shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
+
+/* A host name resolved off the loop (shared_resolve.c). Lives as long
+ * as the process (glibc may still write into one at exit). */
+struct shared_resolve {
+	struct gaicb req;
+	struct addrinfo hints;
+	struct event *poll;
+	int busy;
+	void (*done)(const char *addr, const char *why, void *arg);
+	void *arg;
+};
+
+int shared_is_numeric(const char *host);
+/* done(numeric address, NULL, arg) or done(NULL, why, arg), later. */
+void shared_resolve(struct shared_resolve *r, const char *host,
+    void (*done)(const char *addr, const char *why, void *arg), void *arg);
+void shared_resolve_stop(struct shared_resolve *r);
 
 #endif

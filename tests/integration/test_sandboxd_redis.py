@@ -471,3 +471,123 @@ def test_dead_owner_records_removed_then_owner_back(start_sandboxd, redis,
     assert str(port) in redis.cli("SMEMBERS", ports_key)
     assert stdout(mgr_b.call_tool(nid, "run_shell_command",
                                   {"command": "echo back"})) == "back\n"
+
+
+def unshare_or_skip():
+    probe = subprocess.run(["unshare", "-n", "-m", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("unshare -n -m is not permitted here: " + probe.stderr)
+
+
+def test_unknown_redis_host_stops_start_up(scratch, minimal_tag):
+    """An unknown name in REDIS_SERVER: a clear error at start, exit 2.
+    Run in a network namespace with only a down loopback, so resolving
+    it sends nothing anywhere."""
+    unshare_or_skip()
+    d = scratch("sbxd-")
+    e = {"PATH": os.environ["PATH"], "REDIS_ENABLED": "true",
+         "REDIS_SERVER": "no-such-host.invalid",
+         "SANDBOXD_STATE_DIR": d + "/st",
+         "RUNTIME_SANDBOX_IMAGE_TAG": minimal_tag,
+         "DEFAULT_SANDBOX_TYPE": "minimal", "POOL_SIZE": "0"}
+    p = subprocess.run(["unshare", "-n", SANDBOXD_BIN, "--port",
+                        str(free_port())], env=e, cwd=d,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("sandboxd: REDIS_SERVER: cannot connect to "
+                               "Redis at no-such-host.invalid:6379"), p.stderr
+
+
+DNS_STUB = os.path.join(os.path.dirname(__file__), "dns_stub.py")
+
+# Polls url/health every 50 ms for the given seconds from inside the
+# namespace; prints the slowest answer's seconds (a failure counts as
+# its time too).
+HEALTH_PROBE = """
+import sys, time, urllib.request
+url, secs, worst = sys.argv[1], float(sys.argv[2]), 0.0
+end = time.time() + secs
+while time.time() < end:
+    t = time.time()
+    try:
+        urllib.request.urlopen(url + "/health", timeout=30).read()
+    except OSError:
+        pass
+    worst = max(worst, time.time() - t)
+    time.sleep(0.05)
+print(worst)
+"""
+
+
+def test_redis_host_name_resolved_off_the_loop(start_sandboxd, scratch):
+    """REDIS_SERVER as a name whose name server stops answering while
+    Redis is away: the reconnects' resolving must not hold the loop
+    (hiredis resolves with a blocking getaddrinfo). All of it runs in a
+    network namespace of its own: a DNS stub on its loopback, Redis and
+    sandboxd in it, nothing leaves it."""
+    unshare_or_skip()
+    d = scratch("sbxd-dns-")
+    resolv = os.path.join(d, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:2 attempts:1\n")
+    flag = os.path.join(d, "answer")
+    open(flag, "w").close()
+    name = "redis.sbxd.test"
+    ns = subprocess.Popen(
+        ["unshare", "-n", "-m", "sh", "-c",
+         f"ip link set lo up && mount --bind {resolv} /etc/resolv.conf && "
+         f"exec /usr/bin/python3 {DNS_STUB} {name} {flag}"],
+        stdout=subprocess.PIPE, text=True)
+    procs = [ns]
+    try:
+        assert ns.stdout.readline().strip() == "ready"
+        enter = ["nsenter", "-t", str(ns.pid), "-n", "-m"]
+        port = free_port()
+        redis_args = enter + [REDIS_SERVER, "--port", str(port), "--bind",
+                              "127.0.0.1", "--save", "", "--appendonly",
+                              "no", "--dir", d]
+
+        def start_redis():
+            p = subprocess.Popen(redis_args, stdout=subprocess.DEVNULL)
+            procs.append(p)
+            wait_until(lambda: subprocess.run(
+                enter + ["redis-cli", "-p", str(port), "PING"],
+                capture_output=True, text=True).stdout.strip() == "PONG",
+                10, what="redis-server in the namespace")
+            return p
+
+        def probe(secs):
+            out = subprocess.run(enter + ["/usr/bin/python3", "-c",
+                                          HEALTH_PROBE, s.url, str(secs)],
+                                 capture_output=True, text=True, check=True)
+            return float(out.stdout)
+
+        redis_proc = start_redis()
+        s = start_sandboxd(env={"REDIS_ENABLED": "true",
+                                "REDIS_SERVER": name,
+                                "REDIS_PORT": str(port),
+                                "SANDBOXD_REDIS_PREFIX": "dns:"},
+                           wrapper=enter, wait=False)
+        wait_until(lambda: "shared state: Redis at" in s.read_log(), 30,
+                   what="sandboxd connected through the name")
+        assert probe(0.3) < 1
+        # The name server goes silent, then Redis goes away: every
+        # reconnect asks the name again and waits out 2 s.
+        os.unlink(flag)
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        wait_until(lambda: "lost Redis" in s.read_log(), 10,
+                   what="sandboxd lost Redis")
+        worst = probe(4)
+        assert worst < 1, f"/health took {worst:.2f} s: the loop was held"
+        # Answers again: sandboxd finds Redis by name once more.
+        open(flag, "w").close()
+        start_redis()
+        wait_until(lambda: s.read_log().count("shared state: Redis at")
+                   == 2, 30, what="sandboxd back on Redis")
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
