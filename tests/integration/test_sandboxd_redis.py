@@ -9,16 +9,20 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
 
 import pytest
+import requests
 
+import ws_client
 from conftest import SANDBOXD_BIN, free_port
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
+from test_agent_desktop_web import read_update, rfb_handshake
 
 # Installed by make deps (tools/install-deps); missing, the tests fail.
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -591,3 +595,48 @@ def test_redis_host_name_resolved_off_the_loop(start_sandboxd, scratch):
             if p.poll() is None:
                 p.terminate()
                 p.wait(10)
+
+
+def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis):
+    """A gui sandbox made through A: its desktop page and its WebSocket
+    (RFB, relayed to the agent's /websockify) through B, which reaches
+    A's agent directly; the viewer's pointer moves A's desktop. The gui
+    image is the one already built (tag latest, as test_images_desktop)."""
+    tag = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
+    image = f"agentscope/runtime-sandbox-gui:{tag}"
+    if subprocess.run(["docker", "image", "inspect", image],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"{image} is not built (tools/build-image gui)")
+    a = start_sandboxd(tag=tag, env=redis_env(redis, "rda-"))
+    b = start_sandboxd(tag=tag, env=redis_env(redis, "rdb-"))
+    name = a.create("gui")
+    token = b.rpc("get_info", identity=name)["runtime_token"]
+    page = requests.get(f"{b.url}/desktop/{name}/vnc/vnc_relay.html"
+                        f"?password={token}", timeout=60)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    ws = ws_client.connect(f"/desktop/{name}?password={token}", port=b.port,
+                           timeout=30)
+    try:
+        assert ws.headers["sec-websocket-protocol"] == "binary"
+        assert rfb_handshake(ws) == (1280, 800, "sandbox")
+        ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
+        ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
+        rects = read_update(ws)
+        assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
+        ws.send(struct.pack("!BBHH", 5, 0, 321, 234))
+        want = {"x": 321, "y": 234}
+        res = wait_until(lambda: (lambda r: r if r["structuredContent"]
+                                  == want else None)(
+            b.rpc("call_tool", identity=name, tool_name="computer",
+                  arguments={"action": "get_cursor_position"})), 10,
+            interval=0.1, what="the pointer moved")
+        assert res["structuredContent"] == want
+    finally:
+        ws.close()
+    # Without the sandbox's token, B refuses it as A would.
+    with pytest.raises(ws_client.Refused) as refused:
+        ws_client.connect(f"/desktop/{name}?password=wrong", port=b.port)
+    assert refused.value.status == 401
+    assert RemoteManager(b.url).release(name) is True
+    wait_until(lambda: name not in a.containers(), 60, what="A removes it")
