@@ -22,7 +22,7 @@ from conftest import SANDBOXD_BIN, free_port
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
-from test_agent_desktop_web import read_update, rfb_handshake
+from test_agent_desktop_web import full_update, rfb_handshake
 
 # Installed by make deps (tools/install-deps); missing, the tests fail.
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -620,9 +620,7 @@ def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis):
     try:
         assert ws.headers["sec-websocket-protocol"] == "binary"
         assert rfb_handshake(ws) == (1280, 800, "sandbox")
-        ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
-        ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
-        rects = read_update(ws)
+        rects = full_update(ws, 1280, 800)
         assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
         ws.send(struct.pack("!BBHH", 5, 0, 321, 234))
         want = {"x": 321, "y": 234}
