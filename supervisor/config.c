@@ -85,8 +85,9 @@ static const struct config_option options[] = {
 	{ "--advertise-addr", "SANDBOXD_ADVERTISE_ADDR", CONFIG_STRING,
 	    C(advertise_addr), "ADDR", "with Redis on several hosts: the "
 	    "numeric address of this host the other instances reach; bridge "
-	    "sandboxes publish their agent port on it (default: none, the "
-	    "instances share one host)" },
+	    "sandboxes publish their agent port on it, network-none ones are "
+	    "reached through our API on it (default: none, the instances "
+	    "share one host)" },
 	{ "--redis-lease", "SANDBOXD_REDIS_LEASE", CONFIG_DOUBLE,
 	    C(redis_lease), "SECONDS", "with Redis: each instance renews a "
 	    "lease of this length every second; without it, its warm "

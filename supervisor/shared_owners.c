@@ -110,11 +110,13 @@ renew(shared_reply_cb cb)
 {
 	char *key = shared_key("instance:%s", state_instance());
 	char *hash = shared_key("instances");
-	char *value, ms[32];
+	char *value, *api, ms[32];
 
-	value = xasprintf("{\"pid\":%ld,\"addr\":\"%s\",\"port\":%ld}",
-	    (long)getpid(), sd.cfg.advertise_addr != NULL ?
-	    sd.cfg.advertise_addr : sd.cfg.host, sd.cfg.port);
+	api = shared_api_addr();
+	value = xasprintf("{\"pid\":%ld,\"addr\":\"%s\",\"port\":%ld,"
+	    "\"api\":\"%s\"}", (long)getpid(), sd.cfg.advertise_addr != NULL ?
+	    sd.cfg.advertise_addr : sd.cfg.host, sd.cfg.port, api);
+	free(api);
 	snprintf(ms, sizeof ms, "%.0f", sd.cfg.redis_lease * 1000);
 	shared_command(cb != NULL ? cb : shared_ignore_cb, NULL,
 	    "EVAL %s 2 %s %s %s %s %s", renew_script, key, hash, value, ms,
@@ -122,6 +124,23 @@ renew(shared_reply_cb cb)
 	free(key);
 	free(hash);
 	free(value);
+}
+
+/* The advertised address, else where we listen (loopback for a wildcard:
+ * then the instances share a host). */
+char *
+shared_api_addr(void)
+{
+	const char *host = sd.cfg.advertise_addr != NULL ?
+	    sd.cfg.advertise_addr : sd.cfg.host;
+
+	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "") == 0)
+		host = "127.0.0.1";
+	else if (strcmp(host, "::") == 0)
+		host = "::1";
+	if (strchr(host, ':') != NULL)
+		return xasprintf("[%s]:%ld", host, sd.cfg.port);
+	return xasprintf("%s:%ld", host, sd.cfg.port);
 }
 
 void

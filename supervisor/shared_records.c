@@ -46,7 +46,7 @@ static char *channel;
 static const char *const fields[] = {
 	"id", "owner", "type", "image", "token", "agent", "port", "state",
 	"session", "meta", "container_id", "mount_dir", "storage_path",
-	"timeout", "created_at", "updated_at", "ports",
+	"timeout", "created_at", "updated_at", "ports", "host", "api",
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
@@ -72,7 +72,7 @@ record_fields(const struct sandbox *sb)
 {
 	json_t *f = json_object();
 	char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-	char *agent = agent_for_others(sb), *ports;
+	char *agent = agent_for_others(sb), *ports, *api;
 	char num[64];
 
 	json_object_set_new(f, "id", json_string(sb->id));
@@ -105,6 +105,13 @@ record_fields(const struct sandbox *sb)
 	ports = sb->port > 0 ? shared_ports_key() : xstrdup("");
 	json_object_set_new(f, "ports", json_string(ports));
 	free(ports);
+	/* Which host it is on, and our API there: from another host a
+	 * unix socket is out of reach, the API is not. */
+	json_object_set_new(f, "host", json_string(sd.cfg.advertise_addr !=
+	    NULL ? sd.cfg.advertise_addr : ""));
+	api = shared_api_addr();
+	json_object_set_new(f, "api", json_string(api));
+	free(api);
 	free(meta);
 	free(agent);
 	return f;
@@ -455,6 +462,23 @@ shared_reply_fields(redisReply *r)
 	return f;
 }
 
+/* Whether the agent of a mirror record (f) is reached through its
+ * owner's API: on another host (a different advertised address) behind a
+ * unix socket (a network-none type; a bridge type's port is reached
+ * directly). Only a plain name goes into the owner's /proxy/{name}. */
+static int
+via_owner(const char *name, json_t *f)
+{
+	const char *ours = sd.cfg.advertise_addr != NULL ?
+	    sd.cfg.advertise_addr : "";
+
+	return strncmp(shared_field(f, "agent"), "unix:", 5) == 0 &&
+	    strcmp(shared_field(f, "host"), ours) != 0 &&
+	    *shared_field(f, "api") != '\0' && name[0] != '\0' &&
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	    "0123456789-_.") == strlen(name);
+}
+
 /* Bring a mirror record up to f (the record in Redis). */
 void
 shared_mirror_apply(struct sandbox *sb, json_t *f)
@@ -471,7 +495,9 @@ shared_mirror_apply(struct sandbox *sb, json_t *f)
 	snprintf(sb->id, sizeof sb->id, "%s", shared_field(f, "id"));
 	snprintf(sb->token, sizeof sb->token, "%s", shared_field(f, "token"));
 	free(sb->agent_addr);
-	sb->agent_addr = xstrdup(shared_field(f, "agent"));
+	sb->via_owner = via_owner(sb->name, f);
+	sb->agent_addr = xstrdup(shared_field(f, sb->via_owner ? "api" :
+	    "agent"));
 	sb->port = atoi(shared_field(f, "port"));
 	sb->state = parse_state(shared_field(f, "state"));
 	free(sb->session);

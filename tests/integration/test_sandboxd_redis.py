@@ -597,18 +597,41 @@ def test_redis_host_name_resolved_off_the_loop(start_sandboxd, scratch):
                 p.wait(10)
 
 
-def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis):
+def two_hosts(start_sandboxd, redis, **kw):
+    """A and B as on two hosts: distinct SANDBOXD_ADVERTISE_ADDR
+    (127.0.0.1 and 127.0.0.2, both loopback), and B in a mount namespace
+    where A's directory (its agents' unix sockets) is an empty tmpfs, as
+    on another machine."""
+    unshare_or_skip()
+    a = start_sandboxd(env=redis_env(redis, "rda-",
+                                     SANDBOXD_ADVERTISE_ADDR="127.0.0.1"),
+                       **kw)
+    hide = ["unshare", "-m", "sh", "-c",
+            f'mount -t tmpfs none {a.dir} && exec "$@"', "sh"]
+    b = start_sandboxd(env=redis_env(redis, "rdb-",
+                                     SANDBOXD_ADVERTISE_ADDR="127.0.0.2"),
+                       wrapper=hide, **kw)
+    return a, b
+
+
+@pytest.mark.parametrize("hosts", ["one", "two"])
+def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis,
+                                                      hosts):
     """A gui sandbox made through A: its desktop page and its WebSocket
     (RFB, relayed to the agent's /websockify) through B, which reaches
-    A's agent directly; the viewer's pointer moves A's desktop. The gui
-    image is the one already built (tag latest, as test_images_desktop)."""
+    A's agent directly on one host, through A's /desktop/{name} from
+    another; the viewer's pointer moves A's desktop. The gui image is the
+    one already built (tag latest, as test_images_desktop)."""
     tag = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
     image = f"agentscope/runtime-sandbox-gui:{tag}"
     if subprocess.run(["docker", "image", "inspect", image],
                       capture_output=True).returncode != 0:
         pytest.skip(f"{image} is not built (tools/build-image gui)")
-    a = start_sandboxd(tag=tag, env=redis_env(redis, "rda-"))
-    b = start_sandboxd(tag=tag, env=redis_env(redis, "rdb-"))
+    if hosts == "two":
+        a, b = two_hosts(start_sandboxd, redis, tag=tag)
+    else:
+        a = start_sandboxd(tag=tag, env=redis_env(redis, "rda-"))
+        b = start_sandboxd(tag=tag, env=redis_env(redis, "rdb-"))
     name = a.create("gui")
     token = b.rpc("get_info", identity=name)["runtime_token"]
     page = requests.get(f"{b.url}/desktop/{name}/vnc/vnc_relay.html"
@@ -638,3 +661,30 @@ def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis):
     assert refused.value.status == 401
     assert RemoteManager(b.url).release(name) is True
     wait_until(lambda: name not in a.containers(), 60, what="A removes it")
+
+
+def test_network_none_across_hosts_through_the_owner(start_sandboxd, redis):
+    """A network-none sandbox of A, from B on another "host" (two_hosts):
+    reached through A's API (its /proxy/{name}), which A publishes in the
+    record."""
+    a, b = two_hosts(start_sandboxd, redis)
+    mgr_b = RemoteManager(b.url)
+    sid = a.create(meta={"session_ctx_id": "s-far"})
+    rec = dict(zip(*[iter(redis.cli("HGETALL", f"t{redis.port}:sb:{sid}"))]
+                   * 2))
+    assert rec["agent"].startswith("unix:") and rec["host"] == "127.0.0.1"
+    assert rec["api"] == f"127.0.0.1:{a.port}"
+    assert mgr_b.check_health(sid) is True
+    assert stdout(mgr_b.call_tool(sid, "run_shell_command",
+                                  {"command": "echo far"})) == "far\n"
+    assert "run_shell_command" in mgr_b.list_tools(sid)["generic"]
+    info = mgr_b.get_info(sid)
+    assert info["url"] == f"{b.url}/proxy/{sid}/"
+    assert stdout(DirectClient(info).run_shell_command("echo by-url")) == \
+        "by-url\n"
+    # Each went through A's API.
+    log = a.read_log()
+    assert f'"POST /proxy/{sid}/' in log and f'"GET /proxy/{sid}/healthz' \
+        in log, log[-3000:]
+    assert mgr_b.release(sid) is True
+    wait_until(lambda: sid not in a.containers(), 30, what="A removes it")
