@@ -432,6 +432,8 @@ def test_dead_owner_records_removed_then_owner_back(start_sandboxd, redis,
     p = f"t{redis.port}:"
     sid = a.create(meta={"session_ctx_id": "s-dead"})
     nid = a.create(sandbox_type="net", meta={"session_ctx_id": "s-dead"})
+    # B learns of it from the announcement, a moment later.
+    wait_until(lambda: known(b, nid), 10, what="B knows A's sandbox")
     port = RemoteManager(b.url).get_info(nid)["ports"][0]
     ports_key = f"{p}occupied_ports:127.0.0.1"
     assert str(port) in redis.cli("SMEMBERS", ports_key)
