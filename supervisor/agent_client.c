@@ -93,6 +93,14 @@ json_call_refused_cb(evutil_socket_t fd, short what, void *arg)
 	free(c);
 }
 
+char *
+agent_target(const struct sandbox *sb, const char *target)
+{
+	if (sb->via_owner)
+		return xasprintf("/proxy/%s%s", sb->name, target);
+	return xstrdup(target);
+}
+
 struct agent_call *
 agent_call_json(struct sandbox *sb, const char *method, const char *target,
     json_t *body, double timeout, agent_json_cb done, void *arg)
@@ -100,15 +108,17 @@ agent_call_json(struct sandbox *sb, const char *method, const char *target,
 	struct agent_call *c = xcalloc(1, sizeof *c);
 	char *auth = xasprintf("Authorization: Bearer %s", sb->token);
 	const char *headers[] = { auth, NULL };
+	char *up_target = agent_target(sb, target);
 
 	c->sb = sb;
 	c->done = done;
 	c->arg = arg;
 	sandbox_ref(sb);
-	c->up = http_client_json(sd.base, sb->agent_addr, method, target,
+	c->up = http_client_json(sd.base, sb->agent_addr, method, up_target,
 	    headers, body, timeout, json_call_cb, c, &c->err);
 	explicit_bzero(auth, strlen(auth));
 	free(auth);
+	free(up_target);
 	if (c->up == NULL) {
 		redact_error(&c->err, sb->agent_addr);
 		sandboxd_defer(json_call_refused_cb, c);
@@ -342,6 +352,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	const char *headers[] = { auth, "Content-Type: application/json",
 	    NULL };
 	char *text = json_dumps(body, JSON_COMPACT);
+	char *up_target = agent_target(sb, target);
 	struct error err;
 
 	rl->req = req;
@@ -351,7 +362,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	rl->buf = evbuffer_new();
 	opts.addr = sb->agent_addr;
 	opts.method = "POST";
-	opts.target = target;
+	opts.target = up_target;
 	opts.headers = headers;
 	opts.body = text;
 	opts.body_len = strlen(text);
@@ -363,6 +374,7 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	explicit_bzero(auth, strlen(auth));
 	free(auth);
 	free(text);
+	free(up_target);
 	if (rl->up == NULL) {
 		redact_error(&err, sb->agent_addr);
 		api_reply_rpc_error(req, what, &err);

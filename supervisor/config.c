@@ -85,8 +85,17 @@ static const struct config_option options[] = {
 	{ "--advertise-addr", "SANDBOXD_ADVERTISE_ADDR", CONFIG_STRING,
 	    C(advertise_addr), "ADDR", "with Redis on several hosts: the "
 	    "numeric address of this host the other instances reach; bridge "
-	    "sandboxes publish their agent port on it (default: none, the "
-	    "instances share one host)" },
+	    "sandboxes publish their agent port on it, network-none ones are "
+	    "reached through our API on it (default: none, the instances "
+	    "share one host)" },
+	{ "--redis-lease", "SANDBOXD_REDIS_LEASE", CONFIG_DOUBLE,
+	    C(redis_lease), "SECONDS", "with Redis: each instance renews a "
+	    "lease of this length every second; without it, its warm "
+	    "sandboxes are not handed out (default 15, at least 2)" },
+	{ "--redis-dead-grace", "SANDBOXD_REDIS_DEAD_GRACE", CONFIG_DOUBLE,
+	    C(redis_dead_grace), "SECONDS", "with Redis: this long after an "
+	    "instance's lease lapsed, its records are removed from Redis "
+	    "(default 120)" },
 	{ "--max-sandbox-instances", "MAX_SANDBOX_INSTANCES", CONFIG_INT,
 	    C(max_instances), "N", "cap on live sandboxes (default 0: none)" },
 	{ "--heartbeat-timeout", "HEARTBEAT_TIMEOUT", CONFIG_DOUBLE,
@@ -198,6 +207,8 @@ set_defaults(struct sandboxd_config *c)
 	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	c->body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
 	c->redis_port = 6379;
+	c->redis_lease = 15;
+	c->redis_dead_grace = 120;
 }
 
 static const struct config_option *
@@ -520,6 +531,18 @@ validate_redis(struct sandboxd_config *c, struct error *err)
 	if (c->redis_db < 0 || c->redis_db > 100000) {
 		error_set(err, 400, "REDIS_DB: %ld is not a database number",
 		    c->redis_db);
+		return -1;
+	}
+	/* The lease is renewed every second: shorter would lapse on a
+	 * busy loop's late tick. */
+	if (!(c->redis_lease >= 2 && c->redis_lease <= 86400)) {
+		error_set(err, 400, "SANDBOXD_REDIS_LEASE: %g is not between 2 "
+		    "and 86400 seconds", c->redis_lease);
+		return -1;
+	}
+	if (!(c->redis_dead_grace >= 0 && c->redis_dead_grace <= 30 * 86400)) {
+		error_set(err, 400, "SANDBOXD_REDIS_DEAD_GRACE: %g is not between "
+		    "0 and 2592000 seconds", c->redis_dead_grace);
 		return -1;
 	}
 	if (c->redis_prefix == NULL)

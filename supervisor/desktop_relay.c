@@ -487,11 +487,14 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 	bufferevent_setcb(r->agent, answer_read_cb, NULL, answer_event_cb, r);
 	bufferevent_set_timeouts(r->agent, &tv, &tv);
 	out = bufferevent_get_output(r->agent);
-	evbuffer_add_printf(out, "GET /websockify%s%s HTTP/1.1\r\n"
+	/* Through another host's owner: its own desktop route, which
+	 * relays to the agent's /websockify as this one would. */
+	evbuffer_add_printf(out, "GET %s%s%s%s HTTP/1.1\r\n"
 	    "Host: agent\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
 	    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: %s\r\n",
-	    query != NULL ? "?" : "", query != NULL ? query : "", key,
-	    version);
+	    sb->via_owner ? "/desktop/" : "/websockify",
+	    sb->via_owner ? sb->name : "", query != NULL ? "?" : "",
+	    query != NULL ? query : "", key, version);
 	if (protocol != NULL)
 		evbuffer_add_printf(out, "Sec-WebSocket-Protocol: %s\r\n",
 		    protocol);

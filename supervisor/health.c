@@ -104,6 +104,7 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 	struct http_client_callbacks cb = { 0 };
 	struct probe *p = xcalloc(1, sizeof *p);
 	const char *headers[2];
+	char *target = agent_target(sb, "/healthz");
 
 	p->sb = sb;
 	p->done = done;
@@ -113,7 +114,7 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 	headers[1] = NULL;
 	opts.addr = sb->agent_addr;
 	opts.method = "GET";
-	opts.target = "/healthz";
+	opts.target = target;
 	opts.headers = headers;
 	opts.timeout = timeout;
 	opts.max_response = 4096;
@@ -123,6 +124,7 @@ health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
 		redact_error(&p->err, sb->agent_addr);
 		sandboxd_defer(probe_refused_cb, p);
 	}
+	free(target);
 }
 
 static void

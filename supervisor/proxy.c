@@ -38,7 +38,8 @@ struct proxy {
 	struct http_client_request *up;
 	char *sb_name;
 	char *agent_addr;	/* left out of messages */
-	char *target;
+	char *target;		/* the agent's */
+	char *up_target;	/* sent to agent_addr (agent_target) */
 	char **headers;		/* "Name: value", NULL-terminated */
 	struct evbuffer *held;	/* a tool call's body, read whole first */
 	int replying;		/* the agent's head has been passed on */
@@ -88,6 +89,7 @@ proxy_free(struct proxy *p)
 	free(p->sb_name);
 	free(p->agent_addr);
 	free(p->target);
+	free(p->up_target);
 	if (p->held != NULL)
 		evbuffer_free(p->held);
 	free(p);
@@ -235,7 +237,7 @@ start_upstream(struct proxy *p, const void *body, size_t body_len, int stream,
 
 	opts.addr = p->agent_addr;
 	opts.method = http_request_method_name(p->req);
-	opts.target = p->target;
+	opts.target = p->up_target;
 	opts.headers = (const char *const *)p->headers;
 	opts.timeout = timeout;
 	opts.body = body;
@@ -307,6 +309,7 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 	p->sb_name = xstrdup(sb->name);
 	p->agent_addr = xstrdup(sb->agent_addr);
 	p->target = xstrdup(target);
+	p->up_target = agent_target(sb, target);
 	p->headers = xcalloc(nh + 2, sizeof *p->headers);
 	for (size_t i = 0; i < nh; i++) {
 		const char *name, *value;

@@ -292,7 +292,7 @@ sandbox_url(const struct sandbox *sb)
 	const char *host = sd.cfg.host;
 
 	/* Another instance's: where its owner published it. */
-	if (sb->port > 0 && shared_is_remote(sb) &&
+	if (sb->port > 0 && shared_is_remote(sb) && !sb->via_owner &&
 	    strncmp(sb->agent_addr, "unix:", 5) != 0)
 		return xasprintf("http://%s", sb->agent_addr);
 	if (sb->port > 0 && sd.cfg.redis_enabled && sd.cfg.advertise_addr != NULL)

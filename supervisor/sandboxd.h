@@ -77,6 +77,9 @@ struct sandboxd_config {
 	char *redis_pool_key;		/* REDIS_CONTAINER_POOL_KEY */
 	char *redis_port_key;		/* REDIS_PORT_KEY */
 	char *advertise_addr;		/* NULL: instances share one host */
+	double redis_lease;		/* seconds an instance's lease lasts */
+	double redis_dead_grace;	/* seconds after a lapsed lease until
+					 * its records are removed */
 	long max_instances;		/* 0: no limit */
 	double heartbeat_timeout;	/* seconds; 0: sessions never expire */
 	char *k8s_namespace;
@@ -239,6 +242,10 @@ struct sandbox {
 	 * Redis has, as last written or read. */
 	char *owner;
 	json_t *shared;
+	/* A mirror record whose agent is on another host behind a unix
+	 * socket: agent_addr is its owner's API, reached at /proxy/{name}
+	 * (agent_target). */
+	int via_owner;
 
 	struct lifecycle_op *op;	/* the operation in progress, if any */
 	int release_requested;		/* release once op finishes */
@@ -452,6 +459,9 @@ struct agent_call *agent_call_json(struct sandbox *sb, const char *method,
     void *arg);
 /* Drop the call: the agent's connection closes, done never runs. */
 void agent_call_cancel(struct agent_call *c);
+/* The target to send to sb's agent_addr for the agent's target: the same,
+ * or through its owner's /proxy/{name} (via_owner). Caller frees. */
+char *agent_target(const struct sandbox *sb, const char *target);
 /* Whether the agent's route at target (query and /fastapi aside) takes a
  * "timeout" for the call: commands, IPython cells, MCP tool calls. */
 int agent_takes_timeout(const char *target);
@@ -602,6 +612,8 @@ void shared_claim_port(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void shared_release_port(int port);
 /* The set of this host's claimed ports. Free it. */
 char *shared_ports_key(void);
+/* host:port where the other instances reach our API. Free it. */
+char *shared_api_addr(void);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
 

@@ -7,7 +7,9 @@
  * event channel (a subscribed connection takes no other commands). A
  * connection that drops is made again with back-off; when both are up the
  * records module re-publishes what this instance owns and reloads the
- * others' (shared_records.c). Without REDIS_ENABLED nothing here runs.
+ * others' (shared_records.c). A name in REDIS_SERVER is resolved off the
+ * loop before each connect (shared_resolve.c). Without REDIS_ENABLED
+ * nothing here runs.
  */
 #include "sandboxd.h"
 
@@ -26,6 +28,7 @@
 #pragma GCC diagnostic pop
 
 #include "log.h"
+#include "shared_internal.h"
 #include "xmalloc.h"
 
 #define BACKOFF_FIRST 0.1
@@ -40,6 +43,7 @@ struct conn {
 	int subscriber;
 	struct event *retry;
 	double backoff;
+	struct shared_resolve resolve;	/* a name in REDIS_SERVER */
 };
 
 static struct conn cmd = { .what = "commands" };
@@ -273,17 +277,17 @@ auth_cb(redisAsyncContext *ac, void *reply, void *arg)
 	}
 }
 
+/* host: REDIS_SERVER, or the numeric address its name resolved to. */
 static void
-conn_open(struct conn *c)
+conn_connect(struct conn *c, const char *host)
 {
 	const char *argv[3];
 	int n;
 
-	if (strncmp(sd.cfg.redis_server, "unix:", 5) == 0)
-		c->ac = redisAsyncConnectUnix(sd.cfg.redis_server + 5);
+	if (strncmp(host, "unix:", 5) == 0)
+		c->ac = redisAsyncConnectUnix(host + 5);
 	else
-		c->ac = redisAsyncConnect(sd.cfg.redis_server,
-		    (int)sd.cfg.redis_port);
+		c->ac = redisAsyncConnect(host, (int)sd.cfg.redis_port);
 	if (c->ac == NULL) {
 		conn_lost(c, "out of memory");
 		return;
@@ -304,6 +308,31 @@ conn_open(struct conn *c)
 	if ((n = auth_argv(argv)) > 0)
 		redisAsyncCommandArgv(c->ac, auth_cb, c, n, argv, NULL);
 	redisAsyncCommand(c->ac, select_cb, c, "SELECT %ld", sd.cfg.redis_db);
+}
+
+static void
+resolved_cb(const char *addr, const char *why, void *arg)
+{
+	struct conn *c = arg;
+	char msg[256];
+
+	if (addr != NULL) {
+		conn_connect(c, addr);
+		return;
+	}
+	snprintf(msg, sizeof msg, "cannot resolve %s: %s",
+	    sd.cfg.redis_server, why);
+	conn_lost(c, msg);
+}
+
+static void
+conn_open(struct conn *c)
+{
+	if (strncmp(sd.cfg.redis_server, "unix:", 5) == 0 ||
+	    shared_is_numeric(sd.cfg.redis_server))
+		conn_connect(c, sd.cfg.redis_server);
+	else
+		shared_resolve(&c->resolve, sd.cfg.redis_server, resolved_cb, c);
 }
 
 void
@@ -349,6 +378,7 @@ shared_stop(void)
 		if (c->retry != NULL)
 			event_free(c->retry);
 		c->retry = NULL;
+		shared_resolve_stop(&c->resolve);
 		if (c->ac != NULL) {
 			/* Runs the pending callbacks with no reply. */
 			redisAsyncFree(c->ac);

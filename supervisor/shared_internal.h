@@ -1,12 +1,15 @@
 /*
  * What the shared-state files share (shared_records.c: records, mirror,
  * announcements; shared_pool.c: pool takes and the instance count;
- * shared_sessions.c: heartbeats and the reaper).
+ * shared_sessions.c: heartbeats and the reaper; shared_owners.c: leases
+ * and instances gone for good).
  */
 #ifndef SHARED_INTERNAL_H
 #define SHARED_INTERNAL_H
 
 #include "sandboxd.h"
+
+#include <netdb.h>
 
 #include <event2/util.h>
 #include <hiredis/hiredis.h>
@@ -42,7 +45,32 @@ json_t *shared_reply_fields(redisReply *r);
 struct sandbox *shared_mirror_get(const char *name);
 struct sandbox *shared_mirror_add(const char *name, json_t *f);
 void shared_mirror_apply(struct sandbox *sb, json_t *f);
+/* Drop name from the mirror (its record is gone from Redis). */
+void shared_mirror_forget(const char *name);
+/* The lease (shared_owners.c): renewed at connect, before anything is
+ * written, and every second; a lease found lapsed writes all again. */
+void shared_lease_connected(void);
+void shared_lease_tick(void);
+/* Remove what instances gone for good left (the reaper-lock holder). */
+void shared_sweep_dead(void);
 /* The answer to HGETALL live at connect (shared_pool.c). */
 void shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg);
+
+/* A host name resolved off the loop (shared_resolve.c). Lives as long
+ * as the process (glibc may still write into one at exit). */
+struct shared_resolve {
+	struct gaicb req;
+	struct addrinfo hints;
+	struct event *poll;
+	int busy;
+	void (*done)(const char *addr, const char *why, void *arg);
+	void *arg;
+};
+
+int shared_is_numeric(const char *host);
+/* done(numeric address, NULL, arg) or done(NULL, why, arg), later. */
+void shared_resolve(struct shared_resolve *r, const char *host,
+    void (*done)(const char *addr, const char *why, void *arg), void *arg);
+void shared_resolve_stop(struct shared_resolve *r);
 
 #endif

@@ -20,13 +20,17 @@
 #include "xmalloc.h"
 
 /* Taking from the shared pool: the oldest warm sandbox of the type,
- * whoever owns it, marked running for the session in the same step. */
+ * whoever owns it, marked running for the session in the same step. One
+ * whose owner holds no lease is dropped: nobody would answer for it (its
+ * owner, back, puts it in the list again). */
 static const char take_script[] =
     "while true do "
     "local name = redis.call('LPOP', KEYS[1]) "
     "if not name then return nil end "
     "local k = ARGV[1] .. name "
-    "if redis.call('HGET', k, 'state') == 'warm' then "
+    "local f = redis.call('HMGET', k, 'state', 'owner') "
+    "if f[1] == 'warm' and "
+    "redis.call('EXISTS', ARGV[5] .. (f[2] or '')) == 1 then "
     "redis.call('HSET', k, 'state', 'running', 'session', ARGV[2], "
     "'updated_at', ARGV[3]) "
     "if ARGV[2] ~= '' then redis.call('SADD', ARGV[4] .. ARGV[2], name) end "
@@ -138,7 +142,7 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
 {
 	struct take *t;
-	char *pkey, *prefix, *sprefix, now[32];
+	char *pkey, *prefix, *sprefix, *lprefix, now[32];
 
 	if (shared_down_error(err) < 0)
 		return -1;
@@ -153,14 +157,16 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
 	pkey = shared_pool_key(creq->type->name);
 	prefix = shared_key("sb:");
 	sprefix = shared_key("session:");
+	lprefix = shared_key("instance:");
 	snprintf(now, sizeof now, "%.6f", sandboxd_now());
-	if (shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s",
+	if (shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s %s",
 	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
-	    now, sprefix) < 0)
+	    now, sprefix, lprefix) < 0)
 		sandboxd_defer(take_failed_later_cb, t);
 	free(pkey);
 	free(prefix);
 	free(sprefix);
+	free(lprefix);
 	return 0;
 }
 

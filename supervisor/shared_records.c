@@ -18,6 +18,7 @@
  *   <pool key>:<type>    list: warm sandboxes of a type, taken with LPOP
  *   <port key>:<addr>    set: host ports in use on an advertised address
  *   instance:<id>        string with TTL: the owner's lease
+ *   instances            hash: id -> "<last renewal ms> <lease ms>" 
  *   lock:reaper          string with TTL: who reaps expired sessions
  *   events               channel: "<instance> <name>" for each change
  */
@@ -35,7 +36,6 @@
 #include "shared_internal.h"
 #include "xmalloc.h"
 
-#define LEASE_MS 15000
 #define TICK_S 1.0
 
 /* Records of the other instances; each holds the list's reference. */
@@ -46,7 +46,7 @@ static char *channel;
 static const char *const fields[] = {
 	"id", "owner", "type", "image", "token", "agent", "port", "state",
 	"session", "meta", "container_id", "mount_dir", "storage_path",
-	"timeout", "created_at", "updated_at",
+	"timeout", "created_at", "updated_at", "ports", "host", "api",
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
@@ -72,7 +72,7 @@ record_fields(const struct sandbox *sb)
 {
 	json_t *f = json_object();
 	char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-	char *agent = agent_for_others(sb);
+	char *agent = agent_for_others(sb), *ports, *api;
 	char num[64];
 
 	json_object_set_new(f, "id", json_string(sb->id));
@@ -100,6 +100,18 @@ record_fields(const struct sandbox *sb)
 	json_object_set_new(f, "created_at", json_string(num));
 	snprintf(num, sizeof num, "%.6f", sb->updated_at);
 	json_object_set_new(f, "updated_at", json_string(num));
+	/* Where its port is claimed, for whoever removes the record of a
+	 * dead owner. */
+	ports = sb->port > 0 ? shared_ports_key() : xstrdup("");
+	json_object_set_new(f, "ports", json_string(ports));
+	free(ports);
+	/* Which host it is on, and our API there: from another host a
+	 * unix socket is out of reach, the API is not. */
+	json_object_set_new(f, "host", json_string(sd.cfg.advertise_addr !=
+	    NULL ? sd.cfg.advertise_addr : ""));
+	api = shared_api_addr();
+	json_object_set_new(f, "api", json_string(api));
+	free(api);
 	free(meta);
 	free(agent);
 	return f;
@@ -408,6 +420,15 @@ mirror_drop(struct sandbox *sb)
 	sandbox_unref(sb);
 }
 
+void
+shared_mirror_forget(const char *name)
+{
+	struct sandbox *sb = shared_mirror_get(name);
+
+	if (sb != NULL)
+		mirror_drop(sb);
+}
+
 static enum sandbox_state
 parse_state(const char *s)
 {
@@ -441,6 +462,23 @@ shared_reply_fields(redisReply *r)
 	return f;
 }
 
+/* Whether the agent of a mirror record (f) is reached through its
+ * owner's API: on another host (a different advertised address) behind a
+ * unix socket (a network-none type; a bridge type's port is reached
+ * directly). Only a plain name goes into the owner's /proxy/{name}. */
+static int
+via_owner(const char *name, json_t *f)
+{
+	const char *ours = sd.cfg.advertise_addr != NULL ?
+	    sd.cfg.advertise_addr : "";
+
+	return strncmp(shared_field(f, "agent"), "unix:", 5) == 0 &&
+	    strcmp(shared_field(f, "host"), ours) != 0 &&
+	    *shared_field(f, "api") != '\0' && name[0] != '\0' &&
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	    "0123456789-_.") == strlen(name);
+}
+
 /* Bring a mirror record up to f (the record in Redis). */
 void
 shared_mirror_apply(struct sandbox *sb, json_t *f)
@@ -457,7 +495,9 @@ shared_mirror_apply(struct sandbox *sb, json_t *f)
 	snprintf(sb->id, sizeof sb->id, "%s", shared_field(f, "id"));
 	snprintf(sb->token, sizeof sb->token, "%s", shared_field(f, "token"));
 	free(sb->agent_addr);
-	sb->agent_addr = xstrdup(shared_field(f, "agent"));
+	sb->via_owner = via_owner(sb->name, f);
+	sb->agent_addr = xstrdup(shared_field(f, sb->via_owner ? "api" :
+	    "agent"));
 	sb->port = atoi(shared_field(f, "port"));
 	sb->state = parse_state(shared_field(f, "state"));
 	free(sb->session);
@@ -647,6 +687,9 @@ shared_records_connected(void)
 
 	if (!shared_up())
 		return;
+	/* The lease first: a take must not find our pool entries without
+	 * it (commands on one connection run in order). */
+	shared_lease_connected();
 	/* Write everything of ours again: Redis may have lost it. Those
 	 * released meanwhile are deleted (write_record) instead. */
 	for (struct sandbox *sb = sandbox_first(); sb != NULL;
@@ -804,21 +847,11 @@ shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	char *key, *value;
-
 	(void)fd;
 	(void)what;
 	(void)arg;
-	if (!shared_up())
-		return;
-	key = shared_key("instance:%s", state_instance());
-	value = xasprintf("{\"pid\":%ld,\"addr\":\"%s\",\"port\":%ld}",
-	    (long)getpid(), sd.cfg.advertise_addr != NULL ?
-	    sd.cfg.advertise_addr : sd.cfg.host, sd.cfg.port);
-	shared_command(shared_ignore_cb, NULL, "SET %s %s PX %d", key, value,
-	    LEASE_MS);
-	free(key);
-	free(value);
+	if (shared_up())
+		shared_lease_tick();
 }
 
 void

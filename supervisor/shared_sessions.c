@@ -3,7 +3,8 @@
  * activity to the heartbeats hash; each reaper round, the instance that
  * takes lock:reaper (SET NX PX, held for most of a round) reaps for all:
  * the live sandboxes of an expired session are released wherever they are
- * (ours directly, the others' through their owners).
+ * (ours directly, the others' through their owners), and what instances
+ * gone for good left in Redis is removed (shared_owners.c).
  */
 #include "sandboxd.h"
 
@@ -99,6 +100,9 @@ lock_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	/* Nil: another instance holds the lock. */
 	if (r == NULL || r->type != REDIS_REPLY_STATUS)
 		return;
+	shared_sweep_dead();
+	if (sd.cfg.heartbeat_timeout <= 0)
+		return;
 	key = shared_key("heartbeats");
 	shared_command(heartbeats_cb, NULL, "HGETALL %s", key);
 	free(key);
@@ -110,7 +114,8 @@ shared_reap(void)
 	char *key;
 	long ms;
 
-	if (!shared_up() || sd.cfg.heartbeat_timeout <= 0)
+	/* Also without HEARTBEAT_TIMEOUT: dead instances are swept. */
+	if (!shared_up())
 		return;
 	/* Held past the next round, so one instance reaps a round. */
 	ms = (long)(sessions_reap_interval() * 1000 * 0.9);

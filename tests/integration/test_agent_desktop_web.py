@@ -91,6 +91,13 @@ def read_update(ws):
     return rects
 
 
+def full_update(ws, width, height):
+    """Raw encoding, then the whole screen: its FramebufferUpdate."""
+    ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
+    ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, width, height))
+    return read_update(ws)
+
+
 # ---- the page and its files ---------------------------------------------------
 
 def test_page_and_files_are_served_with_the_token(web_desktop):

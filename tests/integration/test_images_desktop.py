@@ -25,7 +25,7 @@ import requests
 import ws_client
 from conftest import ROOT
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
-from test_agent_desktop_web import read_update, rfb_handshake, view
+from test_agent_desktop_web import full_update, rfb_handshake, view
 
 TAG = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
 TOKEN = "desktop-bearer"
@@ -140,9 +140,7 @@ def test_a_websocket_speaks_rfb_through_sandboxd(sbxd):
     ws = viewer(sbxd, name)
     assert ws.headers["sec-websocket-protocol"] == "binary"
     assert rfb_handshake(ws) == (1280, 800, "sandbox")
-    ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
-    ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1280, 800))
-    rects = read_update(ws)
+    rects = full_update(ws, 1280, 800)
     assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
     # The viewer's pointer is the desktop's: the computer tool sees it.
     ws.send(struct.pack("!BBHH", 5, 0, 200, 300))

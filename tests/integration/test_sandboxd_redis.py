@@ -9,16 +9,20 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
 
 import pytest
+import requests
 
+import ws_client
 from conftest import SANDBOXD_BIN, free_port
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
+from test_agent_desktop_web import full_update, rfb_handshake
 
 # Installed by make deps (tools/install-deps); missing, the tests fail.
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -349,3 +353,340 @@ def test_host_ports_claimed_across_instances(pair, redis, scratch):
     for s in (a, b):
         for n in list(s.containers()):
             s.delete(f"/v1/sandboxes/{n}")
+
+
+def listed(s):
+    return [x["container_name"] for x in s.get("/v1/sandboxes").json()[
+        "sandboxes"]]
+
+
+def lease_env(redis, prefix, grace, **more):
+    """An instance with a 2 s lease and the given grace after it."""
+    return redis_env(redis, prefix, SANDBOXD_REDIS_LEASE=2,
+                     SANDBOXD_REDIS_DEAD_GRACE=grace, **more)
+
+
+def kill_when_pool_warm(a, redis):
+    wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
+               == 1, 60, what="A's pool sandbox warm")
+    # In its state file (written 50 ms after), so it comes back.
+    time.sleep(0.5)
+    warm = [n for n in redis.cli("LRANGE", f"t{redis.port}:container_pool:"
+                                 "minimal", "0", "-1") if n.startswith("rda-")]
+    a.signal(signal.SIGKILL)
+    a.wait_exit(10)
+    a.expected_exit = -signal.SIGKILL
+    return warm
+
+
+def test_dead_owner_warm_sandbox_not_handed_out(start_sandboxd, redis):
+    """A warm sandbox whose owner holds no lease is not handed out (nobody
+    would answer for it); the owner, back, offers it again."""
+    pool_key = f"t{redis.port}:container_pool:minimal"
+
+    def pool():
+        return redis.cli("LRANGE", pool_key, "0", "-1")
+
+    a = start_sandboxd(env=lease_env(redis, "rda-", 600, POOL_SIZE=1))
+    wait_until(lambda: len(pool()) == 1, 60, what="A's pool sandbox warm")
+    # B's warm one queued after A's: a take through B finds A's first.
+    b = start_sandboxd(env=lease_env(redis, "rdb-", 600, POOL_SIZE=1))
+    wait_until(lambda: len(pool()) == 2, 60, what="B's pool sandbox warm")
+    warm = kill_when_pool_warm(a, redis)
+    assert pool()[0] == warm[0]
+    wait_until(lambda: redis.cli("EXISTS", f"t{redis.port}:instance:"
+                                 f"{a.instance}") == ["0"], 20,
+               what="A's lease lapsed")
+    mgr_b = RemoteManager(b.url)
+    taken = mgr_b.create_from_pool(sandbox_type="minimal",
+                                   meta={"session_ctx_id": "s-warm"})
+    assert taken.startswith("rdb-"), (taken, warm)
+    assert warm[0] not in pool()
+    # Within the grace its records stay: a restart is not a death.
+    assert warm[0] in listed(b)
+    a.start()
+    a.expected_exit = 0
+    wait_until(lambda: warm[0] in pool(), 30,
+               what="A offers its warm sandbox again")
+    # Oldest first: within as many takes as the list holds.
+    n = len(pool())
+    got = [mgr_b.create_from_pool(sandbox_type="minimal") for _ in range(n)]
+    assert warm[0] in got, (got, warm)
+
+
+def test_dead_owner_records_removed_then_owner_back(start_sandboxd, redis,
+                                                    scratch):
+    """Past its lease and SANDBOXD_REDIS_DEAD_GRACE, what a dead instance
+    left in Redis is removed by the reaper-lock holder (its containers are
+    left alone: only their owner talks to its Docker); the owner back
+    adopts its containers and writes their records again, once each."""
+    types = write_types(scratch(), {"net": {"from": "minimal",
+                                            "network": "bridge"}})
+    lo, hi = 62220, 62229
+    more = dict(SANDBOXD_TYPES=types, PORT_RANGE=f"{lo},{hi}")
+    grace = 3
+    a = start_sandboxd(env=lease_env(redis, "rda-", grace, POOL_SIZE=1,
+                                     **more))
+    b = start_sandboxd(env=lease_env(redis, "rdb-", grace, POOL_SIZE=0,
+                                     **more))
+    p = f"t{redis.port}:"
+    sid = a.create(meta={"session_ctx_id": "s-dead"})
+    nid = a.create(sandbox_type="net", meta={"session_ctx_id": "s-dead"})
+    # B learns of it from the announcement, a moment later.
+    wait_until(lambda: known(b, nid), 10, what="B knows A's sandbox")
+    port = RemoteManager(b.url).get_info(nid)["ports"][0]
+    ports_key = f"{p}occupied_ports:127.0.0.1"
+    assert str(port) in redis.cli("SMEMBERS", ports_key)
+    warm = kill_when_pool_warm(a, redis)
+    killed = time.time()
+    before = set(a.containers())
+    assert {sid, nid} | set(warm) <= set(listed(b))
+
+    def mine():
+        return {n for n in names_in_redis(redis) if n.startswith("rda-")}
+
+    wait_until(lambda: not any(n.startswith("rda-") for n in listed(b)), 60,
+               what="B no longer lists A's sandboxes")
+    # Not before the lease lapsed and the grace passed.
+    assert time.time() - killed >= grace - 0.5
+    assert mine() == set()
+    assert redis.cli("KEYS", f"{p}sb:rda-*") == []
+    assert redis.cli("SMEMBERS", f"{p}session:s-dead") == []
+    assert not [n for n in redis.cli("HKEYS", f"{p}live")
+                if n.startswith("rda-")]
+    assert str(port) not in redis.cli("SMEMBERS", ports_key)
+    assert not [n for n in redis.cli("LRANGE", f"{p}container_pool:minimal",
+                                     "0", "-1") if n.startswith("rda-")]
+    assert a.instance not in redis.cli("HKEYS", f"{p}instances")
+    mgr_b = RemoteManager(b.url)
+    assert mgr_b.get_session_mapping("s-dead") == []
+    assert not known(b, sid)
+    # The containers are A's: B did not touch them.
+    assert set(a.containers()) == before
+    # A back: its containers adopted, their records written once each.
+    a.start()
+    a.expected_exit = 0
+    wait_until(lambda: {sid, nid} | set(warm) <= mine(), 30,
+               what="A's records back")
+    time.sleep(1)
+    assert mine() == set(a.containers(all_states=False)) == before
+    names = listed(b)
+    assert len(names) == len(set(names))
+    assert {sid, nid} | set(warm) <= set(names)
+    assert sorted(mgr_b.get_session_mapping("s-dead")) == sorted([sid, nid])
+    assert str(port) in redis.cli("SMEMBERS", ports_key)
+    assert stdout(mgr_b.call_tool(nid, "run_shell_command",
+                                  {"command": "echo back"})) == "back\n"
+
+
+def unshare_or_skip():
+    probe = subprocess.run(["unshare", "-n", "-m", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("unshare -n -m is not permitted here: " + probe.stderr)
+
+
+def test_unknown_redis_host_stops_start_up(scratch, minimal_tag):
+    """An unknown name in REDIS_SERVER: a clear error at start, exit 2.
+    Run in a network namespace with only a down loopback, so resolving
+    it sends nothing anywhere."""
+    unshare_or_skip()
+    d = scratch("sbxd-")
+    e = {"PATH": os.environ["PATH"], "REDIS_ENABLED": "true",
+         "REDIS_SERVER": "no-such-host.invalid",
+         "SANDBOXD_STATE_DIR": d + "/st",
+         "RUNTIME_SANDBOX_IMAGE_TAG": minimal_tag,
+         "DEFAULT_SANDBOX_TYPE": "minimal", "POOL_SIZE": "0"}
+    p = subprocess.run(["unshare", "-n", SANDBOXD_BIN, "--port",
+                        str(free_port())], env=e, cwd=d,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("sandboxd: REDIS_SERVER: cannot connect to "
+                               "Redis at no-such-host.invalid:6379"), p.stderr
+
+
+DNS_STUB = os.path.join(os.path.dirname(__file__), "dns_stub.py")
+
+# Polls url/health every 50 ms for the given seconds from inside the
+# namespace; prints the slowest answer's seconds (a failure counts as
+# its time too).
+HEALTH_PROBE = """
+import sys, time, urllib.request
+url, secs, worst = sys.argv[1], float(sys.argv[2]), 0.0
+end = time.time() + secs
+while time.time() < end:
+    t = time.time()
+    try:
+        urllib.request.urlopen(url + "/health", timeout=30).read()
+    except OSError:
+        pass
+    worst = max(worst, time.time() - t)
+    time.sleep(0.05)
+print(worst)
+"""
+
+
+def test_redis_host_name_resolved_off_the_loop(start_sandboxd, scratch):
+    """REDIS_SERVER as a name whose name server stops answering while
+    Redis is away: the reconnects' resolving must not hold the loop
+    (hiredis resolves with a blocking getaddrinfo). All of it runs in a
+    network namespace of its own: a DNS stub on its loopback, Redis and
+    sandboxd in it, nothing leaves it."""
+    unshare_or_skip()
+    d = scratch("sbxd-dns-")
+    resolv = os.path.join(d, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:2 attempts:1\n")
+    flag = os.path.join(d, "answer")
+    open(flag, "w").close()
+    name = "redis.sbxd.test"
+    ns = subprocess.Popen(
+        ["unshare", "-n", "-m", "sh", "-c",
+         f"ip link set lo up && mount --bind {resolv} /etc/resolv.conf && "
+         f"exec /usr/bin/python3 {DNS_STUB} {name} {flag}"],
+        stdout=subprocess.PIPE, text=True)
+    procs = [ns]
+    try:
+        assert ns.stdout.readline().strip() == "ready"
+        enter = ["nsenter", "-t", str(ns.pid), "-n", "-m"]
+        port = free_port()
+        redis_args = enter + [REDIS_SERVER, "--port", str(port), "--bind",
+                              "127.0.0.1", "--save", "", "--appendonly",
+                              "no", "--dir", d]
+
+        def start_redis():
+            p = subprocess.Popen(redis_args, stdout=subprocess.DEVNULL)
+            procs.append(p)
+            wait_until(lambda: subprocess.run(
+                enter + ["redis-cli", "-p", str(port), "PING"],
+                capture_output=True, text=True).stdout.strip() == "PONG",
+                10, what="redis-server in the namespace")
+            return p
+
+        def probe(secs):
+            out = subprocess.run(enter + ["/usr/bin/python3", "-c",
+                                          HEALTH_PROBE, s.url, str(secs)],
+                                 capture_output=True, text=True, check=True)
+            return float(out.stdout)
+
+        redis_proc = start_redis()
+        s = start_sandboxd(env={"REDIS_ENABLED": "true",
+                                "REDIS_SERVER": name,
+                                "REDIS_PORT": str(port),
+                                "SANDBOXD_REDIS_PREFIX": "dns:"},
+                           wrapper=enter, wait=False)
+        wait_until(lambda: "shared state: Redis at" in s.read_log(), 30,
+                   what="sandboxd connected through the name")
+        assert probe(0.3) < 1
+        # The name server goes silent, then Redis goes away: every
+        # reconnect asks the name again and waits out 2 s.
+        os.unlink(flag)
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        wait_until(lambda: "lost Redis" in s.read_log(), 10,
+                   what="sandboxd lost Redis")
+        worst = probe(4)
+        assert worst < 1, f"/health took {worst:.2f} s: the loop was held"
+        # Answers again: sandboxd finds Redis by name once more.
+        open(flag, "w").close()
+        start_redis()
+        wait_until(lambda: s.read_log().count("shared state: Redis at")
+                   == 2, 30, what="sandboxd back on Redis")
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+
+
+def two_hosts(start_sandboxd, redis, **kw):
+    """A and B as on two hosts: distinct SANDBOXD_ADVERTISE_ADDR
+    (127.0.0.1 and 127.0.0.2, both loopback), and B in a mount namespace
+    where A's directory (its agents' unix sockets) is an empty tmpfs, as
+    on another machine."""
+    unshare_or_skip()
+    a = start_sandboxd(env=redis_env(redis, "rda-",
+                                     SANDBOXD_ADVERTISE_ADDR="127.0.0.1"),
+                       **kw)
+    hide = ["unshare", "-m", "sh", "-c",
+            f'mount -t tmpfs none {a.dir} && exec "$@"', "sh"]
+    b = start_sandboxd(env=redis_env(redis, "rdb-",
+                                     SANDBOXD_ADVERTISE_ADDR="127.0.0.2"),
+                       wrapper=hide, **kw)
+    return a, b
+
+
+@pytest.mark.parametrize("hosts", ["one", "two"])
+def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis,
+                                                      hosts):
+    """A gui sandbox made through A: its desktop page and its WebSocket
+    (RFB, relayed to the agent's /websockify) through B, which reaches
+    A's agent directly on one host, through A's /desktop/{name} from
+    another; the viewer's pointer moves A's desktop. The gui image is the
+    one already built (tag latest, as test_images_desktop)."""
+    tag = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
+    image = f"agentscope/runtime-sandbox-gui:{tag}"
+    if subprocess.run(["docker", "image", "inspect", image],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"{image} is not built (tools/build-image gui)")
+    if hosts == "two":
+        a, b = two_hosts(start_sandboxd, redis, tag=tag)
+    else:
+        a = start_sandboxd(tag=tag, env=redis_env(redis, "rda-"))
+        b = start_sandboxd(tag=tag, env=redis_env(redis, "rdb-"))
+    name = a.create("gui")
+    token = b.rpc("get_info", identity=name)["runtime_token"]
+    page = requests.get(f"{b.url}/desktop/{name}/vnc/vnc_relay.html"
+                        f"?password={token}", timeout=60)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    ws = ws_client.connect(f"/desktop/{name}?password={token}", port=b.port,
+                           timeout=30)
+    try:
+        assert ws.headers["sec-websocket-protocol"] == "binary"
+        assert rfb_handshake(ws) == (1280, 800, "sandbox")
+        rects = full_update(ws, 1280, 800)
+        assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
+        ws.send(struct.pack("!BBHH", 5, 0, 321, 234))
+        want = {"x": 321, "y": 234}
+        res = wait_until(lambda: (lambda r: r if r["structuredContent"]
+                                  == want else None)(
+            b.rpc("call_tool", identity=name, tool_name="computer",
+                  arguments={"action": "get_cursor_position"})), 10,
+            interval=0.1, what="the pointer moved")
+        assert res["structuredContent"] == want
+    finally:
+        ws.close()
+    # Without the sandbox's token, B refuses it as A would.
+    with pytest.raises(ws_client.Refused) as refused:
+        ws_client.connect(f"/desktop/{name}?password=wrong", port=b.port)
+    assert refused.value.status == 401
+    assert RemoteManager(b.url).release(name) is True
+    wait_until(lambda: name not in a.containers(), 60, what="A removes it")
+
+
+def test_network_none_across_hosts_through_the_owner(start_sandboxd, redis):
+    """A network-none sandbox of A, from B on another "host" (two_hosts):
+    reached through A's API (its /proxy/{name}), which A publishes in the
+    record."""
+    a, b = two_hosts(start_sandboxd, redis)
+    mgr_b = RemoteManager(b.url)
+    sid = a.create(meta={"session_ctx_id": "s-far"})
+    rec = dict(zip(*[iter(redis.cli("HGETALL", f"t{redis.port}:sb:{sid}"))]
+                   * 2))
+    assert rec["agent"].startswith("unix:") and rec["host"] == "127.0.0.1"
+    assert rec["api"] == f"127.0.0.1:{a.port}"
+    assert mgr_b.check_health(sid) is True
+    assert stdout(mgr_b.call_tool(sid, "run_shell_command",
+                                  {"command": "echo far"})) == "far\n"
+    assert "run_shell_command" in mgr_b.list_tools(sid)["generic"]
+    info = mgr_b.get_info(sid)
+    assert info["url"] == f"{b.url}/proxy/{sid}/"
+    assert stdout(DirectClient(info).run_shell_command("echo by-url")) == \
+        "by-url\n"
+    # Each went through A's API.
+    log = a.read_log()
+    assert f'"POST /proxy/{sid}/' in log and f'"GET /proxy/{sid}/healthz' \
+        in log, log[-3000:]
+    assert mgr_b.release(sid) is True
+    wait_until(lambda: sid not in a.containers(), 30, what="A removes it")
