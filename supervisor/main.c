@@ -24,6 +24,9 @@
 
 /* Seconds between "removed N of M" lines while shutdown removes. */
 #define SHUTDOWN_PROGRESS_EVERY 2.0
+/* No removal done for this long (or half the shutdown timeout, when
+ * shorter): say Docker looks stuck, once. */
+#define SHUTDOWN_STALL 30.0
 
 struct sandboxd sd;
 
@@ -34,6 +37,10 @@ static size_t sweep_pending;
 static int sweeping;
 /* Sandboxes shutdown set out to remove, and how that went. */
 static size_t shutdown_total, shutdown_removed, shutdown_failed;
+/* When shutdown_removed + shutdown_failed last moved. */
+static double shutdown_last_done;
+static size_t shutdown_seen_done;
+static int shutdown_stall_said;
 /* Containers still there when we exit (AUTO_CLEANUP). */
 static size_t shutdown_left;
 
@@ -129,6 +136,8 @@ static void
 shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	double now = sandboxd_now();
+	double stall = sd.cfg.shutdown_timeout / 2 < SHUTDOWN_STALL ?
+	    sd.cfg.shutdown_timeout / 2 : SHUTDOWN_STALL;
 
 	(void)fd;
 	(void)what;
@@ -139,6 +148,19 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 	    lifecycle_busy() > 0) {
 		shutdown_progress();
 		shutdown_next_progress = now + SHUTDOWN_PROGRESS_EVERY;
+	}
+	if (shutdown_removed + shutdown_failed != shutdown_seen_done) {
+		shutdown_seen_done = shutdown_removed + shutdown_failed;
+		shutdown_last_done = now;
+	} else if (shutdown_total > 0 && lifecycle_busy() > 0 &&
+	    !shutdown_stall_said && now - shutdown_last_done >= stall) {
+		/* Seen with Debian's docker.io 20.10.24 after a few hundred
+		 * removals: a libnetwork deadlock (moby/moby#46661, fixed in
+		 * 20.10.27) leaves every later DELETE unanswered. */
+		log_warn("shutdown: Docker has finished no removal in %.0f s; "
+		    "the daemon may be stuck (its goroutine dump: SIGUSR1 to "
+		    "dockerd)", stall);
+		shutdown_stall_said = 1;
 	}
 	if (lifecycle_busy() > 0 && now < shutdown_deadline)
 		return;
@@ -211,6 +233,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	shutdown_began = sandboxd_now();
 	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
+	shutdown_last_done = shutdown_began;
 	if (sd.cfg.auto_cleanup) {
 		/* Removals are force removes (no stop, no grace period) and
 		 * nothing else waits on Docker now: let more of them run at

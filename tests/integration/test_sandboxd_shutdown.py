@@ -158,6 +158,8 @@ def test_shutdown_timeout_exits_leaving_the_rest_labelled(start_sandboxd,
         took = time.monotonic() - t0
         assert took < 10, took
         log = s.read_log()
+        assert ("shutdown: Docker has finished no removal in 1 s; the "
+                "daemon may be stuck") in log, log[-3000:]
         assert ("shutdown: 3 operations still running after 2 s "
                 "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway") in log, \
             log[-3000:]
