@@ -87,8 +87,10 @@ struct backend_ops {
 	    int not_running, backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
-	/* Engine calls at once from now on (shutdown widens it). */
-	void (*set_parallel)(struct backend *b, size_t max_inflight);
+	/* Engine calls at once from now on, and of them stops and removes
+	 * (shutdown widens both). */
+	void (*set_parallel)(struct backend *b, size_t max_inflight,
+	    size_t max_ends);
 	void (*free)(struct backend *b);
 };
 
@@ -99,8 +101,8 @@ struct backend {
 };
 
 /* DOCKER_HOST is unix:///path; at most max_inflight Engine API calls at
- * once. */
+ * once, of which max_ends stop or remove a container. */
 struct backend *backend_docker_new(struct event_base *base,
-    const char *docker_host, size_t max_inflight);
+    const char *docker_host, size_t max_inflight, size_t max_ends);
 
 #endif

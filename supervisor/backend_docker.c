@@ -317,9 +317,9 @@ docker_logs(struct backend *b, const char *id, int lines,
 }
 
 static void
-docker_set_parallel(struct backend *b, size_t max_inflight)
+docker_set_parallel(struct backend *b, size_t max_inflight, size_t max_ends)
 {
-	docker_set_max_inflight(b->impl, max_inflight);
+	docker_set_max_inflight(b->impl, max_inflight, max_ends);
 }
 
 static void
@@ -344,7 +344,7 @@ static const struct backend_ops docker_ops = {
 
 struct backend *
 backend_docker_new(struct event_base *base, const char *docker_host,
-    size_t max_inflight)
+    size_t max_inflight, size_t max_ends)
 {
 	struct backend *b = xcalloc(1, sizeof *b);
 	char *addr;
@@ -352,7 +352,7 @@ backend_docker_new(struct event_base *base, const char *docker_host,
 	/* unix:///var/run/docker.sock -> unix:/var/run/docker.sock */
 	addr = xasprintf("unix:%s", docker_host + strlen("unix://"));
 	b->ops = &docker_ops;
-	b->impl = docker_new(base, addr, max_inflight);
+	b->impl = docker_new(base, addr, max_inflight, max_ends);
 	free(addr);
 	return b;
 }

@@ -139,6 +139,10 @@ static const struct config_option options[] = {
 	{ "--docker-parallel", "SANDBOXD_DOCKER_PARALLEL", CONFIG_INT,
 	    C(docker_parallel), "N", "Docker Engine API calls at once; more "
 	    "wait their turn (default 8)" },
+	{ "--remove-parallel", "SANDBOXD_REMOVE_PARALLEL", CONFIG_INT,
+	    C(remove_parallel), "N", "of those, calls that stop or remove a "
+	    "container (default 1: Docker 20.10 before 20.10.27 can deadlock "
+	    "when two containers' exits overlap)" },
 	{ "--shutdown-parallel", "SANDBOXD_SHUTDOWN_PARALLEL", CONFIG_INT,
 	    C(shutdown_parallel), "N", "Docker calls at once while shutdown "
 	    "removes every sandbox (AUTO_CLEANUP; default 32)" },
@@ -202,6 +206,7 @@ set_defaults(struct sandboxd_config *c)
 	c->pool_parallel = 2;
 	c->docker_parallel = 8;
 	c->shutdown_parallel = 32;
+	c->remove_parallel = 1;
 	c->shutdown_timeout = 80;
 	c->header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
@@ -644,6 +649,11 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->docker_parallel < 1 || c->docker_parallel > 1000) {
 		error_set(err, 400, "SANDBOXD_DOCKER_PARALLEL: must be between 1 "
 		    "and 1000");
+		return -1;
+	}
+	if (c->remove_parallel < 1 || c->remove_parallel > 1000) {
+		error_set(err, 400, "SANDBOXD_REMOVE_PARALLEL: must be between "
+		    "1 and 1000");
 		return -1;
 	}
 	if (c->shutdown_parallel < 1 || c->shutdown_parallel > 1000) {

@@ -38,6 +38,7 @@ struct call {
 	struct error err;	/* refused before an answer: why */
 	int launched;		/* counted in inflight */
 	int new_work;		/* a create: waits behind everything else */
+	int ends;		/* stops or removes a container: its lane */
 	docker_sent_cb sent;	/* told when the call goes to the daemon */
 };
 
@@ -46,14 +47,21 @@ struct call {
  * Creates wait in a queue of their own, served only when no other call
  * waits: what finishes work under way (a created container's start, a
  * starting one's status, a removal) must not sit behind a hundred new
- * containers, or a sandbox's readiness check would wait for them. */
+ * containers, or a sandbox's readiness check would wait for them.
+ * Calls that end a container (stop, remove) have a lane of their own,
+ * max_ends wide, served first: dockerd 20.10.24 (Debian 12) deadlocks in
+ * libnetwork when the network teardowns of two exiting containers overlap
+ * (moby/moby#46661, fixed in 20.10.27), and then answers nothing more. */
 struct docker {
 	struct event_base *base;
 	char *addr;
 	size_t inflight;
 	size_t max;
+	size_t ends_inflight;
+	size_t max_ends;
 	TAILQ_HEAD(call_queue, call) queue;
 	struct call_queue creates;
+	struct call_queue ends;
 };
 
 /* The next call to launch, taken off its queue, or NULL. */
@@ -62,7 +70,10 @@ dequeue(struct docker *d)
 {
 	struct call *c;
 
-	if ((c = TAILQ_FIRST(&d->queue)) != NULL) {
+	if (d->ends_inflight < d->max_ends &&
+	    (c = TAILQ_FIRST(&d->ends)) != NULL) {
+		TAILQ_REMOVE(&d->ends, c, entry);
+	} else if ((c = TAILQ_FIRST(&d->queue)) != NULL) {
 		TAILQ_REMOVE(&d->queue, c, entry);
 	} else if ((c = TAILQ_FIRST(&d->creates)) != NULL) {
 		TAILQ_REMOVE(&d->creates, c, entry);
@@ -73,24 +84,29 @@ dequeue(struct docker *d)
 static void launch(struct call *c);
 
 struct docker *
-docker_new(struct event_base *base, const char *addr, size_t max_inflight)
+docker_new(struct event_base *base, const char *addr, size_t max_inflight,
+    size_t max_ends)
 {
 	struct docker *d = xcalloc(1, sizeof *d);
 
 	d->base = base;
 	d->addr = xstrdup(addr);
 	d->max = max_inflight > 0 ? max_inflight : 1;
+	d->max_ends = max_ends > 0 ? max_ends : 1;
 	TAILQ_INIT(&d->queue);
 	TAILQ_INIT(&d->creates);
+	TAILQ_INIT(&d->ends);
 	return d;
 }
 
 void
-docker_set_max_inflight(struct docker *d, size_t max_inflight)
+docker_set_max_inflight(struct docker *d, size_t max_inflight,
+    size_t max_ends)
 {
 	struct call *c;
 
 	d->max = max_inflight > 0 ? max_inflight : 1;
+	d->max_ends = max_ends > 0 ? max_ends : 1;
 	while (d->inflight < d->max && (c = dequeue(d)) != NULL)
 		launch(c);
 }
@@ -112,6 +128,7 @@ docker_free(struct docker *d)
 
 	if (d == NULL)
 		return;
+	d->max_ends = (size_t)-1;	/* dequeue hands out every queue */
 	while ((c = dequeue(d)) != NULL)
 		call_free(c);
 	free(d->addr);
@@ -125,9 +142,12 @@ call_end(struct call *c)
 	struct docker *d = c->docker;
 	struct call *next;
 
+	if (c->ends)
+		d->ends_inflight--;
 	call_free(c);
 	d->inflight--;
-	if (d->inflight < d->max && (next = dequeue(d)) != NULL)
+	/* An ended stop or remove may free a place in both lanes. */
+	while (d->inflight < d->max && (next = dequeue(d)) != NULL)
 		launch(next);
 }
 
@@ -224,6 +244,8 @@ launch(struct call *c)
 	void *r;
 
 	d->inflight++;
+	if (c->ends)
+		d->ends_inflight++;
 	c->launched = 1;
 	log_debug("docker: %s %s", c->method, c->target);
 	if (c->sent != NULL)
@@ -272,7 +294,10 @@ submit(struct call *c)
 {
 	struct docker *d = c->docker;
 
-	if (d->inflight < d->max)
+	if (c->ends && (d->ends_inflight >= d->max_ends ||
+	    d->inflight >= d->max))
+		TAILQ_INSERT_TAIL(&d->ends, c, entry);
+	else if (d->inflight < d->max)
 		launch(c);
 	else if (c->new_work)
 		TAILQ_INSERT_TAIL(&d->creates, c, entry);
@@ -290,10 +315,13 @@ enqueue(struct docker *d, const char *method, char *target, json_t *body,
 
 static void
 call(struct docker *d, const char *method, const char *target, json_t *body,
-    const char *what, docker_cb done, void *arg)
+    const char *what, int ends, docker_cb done, void *arg)
 {
-	enqueue(d, method, xstrdup(target), body, xstrdup(what), 0, done, NULL,
-	    arg);
+	struct call *c = call_new(d, method, xstrdup(target), body,
+	    xstrdup(what), 0, done, NULL, arg);
+
+	c->ends = ends;
+	submit(c);
 }
 
 /* Path segments we put in targets: ids and names are [a-zA-Z0-9_.-]. */
@@ -340,7 +368,7 @@ docker_container_create(struct docker *d, const char *name, json_t *body,
 
 static void
 simple(struct docker *d, const char *method, const char *id,
-    const char *suffix, const char *verb, docker_cb done, void *arg)
+    const char *suffix, const char *verb, int ends, docker_cb done, void *arg)
 {
 	char *target, *what;
 
@@ -348,7 +376,7 @@ simple(struct docker *d, const char *method, const char *id,
 		return;
 	target = xasprintf("/containers/%s%s", id, suffix);
 	what = xasprintf("%s container %.12s", verb, id);
-	call(d, method, target, NULL, what, done, arg);
+	call(d, method, target, NULL, what, ends, done, arg);
 	free(target);
 	free(what);
 }
@@ -357,7 +385,7 @@ void
 docker_container_start(struct docker *d, const char *id, docker_cb done,
     void *arg)
 {
-	simple(d, "POST", id, "/start", "start", done, arg);
+	simple(d, "POST", id, "/start", "start", 0, done, arg);
 }
 
 void
@@ -367,21 +395,21 @@ docker_container_stop(struct docker *d, const char *id, int seconds,
 	char suffix[32];
 
 	snprintf(suffix, sizeof suffix, "/stop?t=%d", seconds);
-	simple(d, "POST", id, suffix, "stop", done, arg);
+	simple(d, "POST", id, suffix, "stop", 1, done, arg);
 }
 
 void
 docker_container_remove(struct docker *d, const char *id, docker_cb done,
     void *arg)
 {
-	simple(d, "DELETE", id, "?force=1&v=1", "remove", done, arg);
+	simple(d, "DELETE", id, "?force=1&v=1", "remove", 1, done, arg);
 }
 
 void
 docker_container_inspect(struct docker *d, const char *id, docker_cb done,
     void *arg)
 {
-	simple(d, "GET", id, "/json", "inspect", done, arg);
+	simple(d, "GET", id, "/json", "inspect", 0, done, arg);
 }
 
 /* Percent-encode everything but unreserved characters. */
@@ -425,7 +453,7 @@ docker_container_list(struct docker *d, const char *label, const char *value,
 
 	enc = url_encode(text);
 	target = xasprintf("/containers/json?all=1&filters=%s", enc);
-	call(d, "GET", target, NULL, "list containers", done, arg);
+	call(d, "GET", target, NULL, "list containers", 0, done, arg);
 	free(target);
 	free(enc);
 	free(text);

@@ -21,14 +21,15 @@ typedef void (*docker_raw_cb)(const char *body, size_t len,
     const struct error *err, void *arg);
 
 /* addr: "unix:/var/run/docker.sock". At most max_inflight calls are sent
- * at once; the rest wait in order, creates behind all others. Owned by
- * the backend. */
+ * at once, of which at most max_ends stop or remove a container; the rest
+ * wait in order, creates behind all others. Owned by the backend. */
 struct docker *docker_new(struct event_base *base, const char *addr,
-    size_t max_inflight);
+    size_t max_inflight, size_t max_ends);
 void docker_free(struct docker *d);
 /* Change how many calls may be in flight; waiting ones start at once when
  * it grows. */
-void docker_set_max_inflight(struct docker *d, size_t max_inflight);
+void docker_set_max_inflight(struct docker *d, size_t max_inflight,
+    size_t max_ends);
 
 /* Told (with the call's arg) when a call goes to the daemon: a progress
  * note, not a completion, so it may run before the call that queued it

@@ -236,11 +236,12 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	shutdown_last_done = shutdown_began;
 	if (sd.cfg.auto_cleanup) {
 		/* Removals are force removes (no stop, no grace period) and
-		 * nothing else waits on Docker now: let more of them run at
-		 * once than the daemon is given while it also creates. */
-		if (sd.cfg.shutdown_parallel > sd.cfg.docker_parallel)
-			sd.backend->ops->set_parallel(sd.backend,
-			    (size_t)sd.cfg.shutdown_parallel);
+		 * nothing else waits on Docker now: SANDBOXD_SHUTDOWN_PARALLEL
+		 * of them at once, in place of SANDBOXD_REMOVE_PARALLEL. */
+		sd.backend->ops->set_parallel(sd.backend,
+		    (size_t)(sd.cfg.shutdown_parallel > sd.cfg.docker_parallel ?
+		    sd.cfg.shutdown_parallel : sd.cfg.docker_parallel),
+		    (size_t)sd.cfg.shutdown_parallel);
 		for (sb = sandbox_first(); sb != NULL; sb = next) {
 			next = sandbox_next(sb);
 			if (sb->state != SB_RELEASED) {
@@ -249,9 +250,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 			}
 		}
 		log_info("shutdown: removing %zu sandboxes, %ld Docker calls at "
-		    "once", shutdown_total, sd.cfg.shutdown_parallel >
-		    sd.cfg.docker_parallel ? sd.cfg.shutdown_parallel :
-		    sd.cfg.docker_parallel);
+		    "once", shutdown_total, sd.cfg.shutdown_parallel);
 	}
 	shutdown_ev = event_new(sd.base, -1, EV_PERSIST, shutdown_tick_cb, NULL);
 	event_add(shutdown_ev, &tick);
@@ -359,7 +358,7 @@ setup(int argc, char **argv)
 	}
 	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
 	sd.backend = backend_docker_new(sd.base, sd.cfg.docker_host,
-	    (size_t)sd.cfg.docker_parallel);
+	    (size_t)sd.cfg.docker_parallel, (size_t)sd.cfg.remove_parallel);
 
 	all_routes = merged_routes(&nroutes);
 	hc.routes = all_routes;

@@ -102,6 +102,7 @@ struct sandboxd_config {
 	long pool_parallel;		/* concurrent creates per pool */
 	long docker_parallel;		/* Engine API calls at once */
 	long shutdown_parallel;		/* the same while shutdown removes */
+	long remove_parallel;		/* of them, container stops/removes */
 	double shutdown_timeout;	/* then exit, leaving the rest */
 	char *log_level;
 	int access_log;

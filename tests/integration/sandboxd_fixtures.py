@@ -31,14 +31,19 @@ def docker(*args, check=True, timeout=120):
                           check=check, timeout=timeout)
 
 
-def wait_until(predicate, timeout=30, interval=0.05, what="condition"):
+def wait_until(predicate, timeout=30, interval=0.05, what="condition",
+               logs=()):
+    """logs: sandboxd instances whose log tails go into the failure."""
     deadline = time.time() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            tails = "".join(f"\n--- log of {s.url}:\n{s.read_log()[-3000:]}"
+                            for s in logs)
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}{tails}")
         time.sleep(interval)
 
 

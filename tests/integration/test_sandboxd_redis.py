@@ -388,10 +388,12 @@ def test_dead_owner_warm_sandbox_not_handed_out(start_sandboxd, redis):
         return redis.cli("LRANGE", pool_key, "0", "-1")
 
     a = start_sandboxd(env=lease_env(redis, "rda-", 600, POOL_SIZE=1))
-    wait_until(lambda: len(pool()) == 1, 60, what="A's pool sandbox warm")
+    wait_until(lambda: len(pool()) == 1, 60, what="A's pool sandbox warm",
+               logs=[a])
     # B's warm one queued after A's: a take through B finds A's first.
     b = start_sandboxd(env=lease_env(redis, "rdb-", 600, POOL_SIZE=1))
-    wait_until(lambda: len(pool()) == 2, 60, what="B's pool sandbox warm")
+    wait_until(lambda: len(pool()) == 2, 60, what="B's pool sandbox warm",
+               logs=[a, b])
     warm = kill_when_pool_warm(a, redis)
     assert pool()[0] == warm[0]
     wait_until(lambda: redis.cli("EXISTS", f"t{redis.port}:instance:"
@@ -635,6 +637,9 @@ def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis,
         a = start_sandboxd(tag=tag, env=redis_env(redis, "rda-"))
         b = start_sandboxd(tag=tag, env=redis_env(redis, "rdb-"))
     name = a.create("gui")
+    # B learns of it from the announcement, a moment after the create
+    # answers (a known gap: B does not yet look a name up in Redis).
+    wait_until(lambda: known(b, name), 10, what="B knows A's sandbox")
     token = b.rpc("get_info", identity=name)["runtime_token"]
     page = requests.get(f"{b.url}/desktop/{name}/vnc/vnc_relay.html"
                         f"?password={token}", timeout=60)

@@ -9,6 +9,8 @@ import socket
 import threading
 import time
 
+import requests
+
 from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F401
                                wait_until)
 
@@ -42,9 +44,14 @@ class RefusingDocker:
     request per connection (Connection: close), so the first line says
     all."""
 
-    def __init__(self, path, hang=False):
+    def __init__(self, path, hang=False, refuse=True):
         self.path = path
         self.hang = hang
+        self.refuse = refuse
+        # Removals passed through (refuse=False): how many at once.
+        self.lock = threading.Lock()
+        self.deleting = 0
+        self.most_deleting = 0
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         self.upstream = host[len("unix://"):]
         self.refused = 0
@@ -70,7 +77,8 @@ class RefusingDocker:
                 conn.close()
                 return
             first += chunk
-        if first.startswith(b"DELETE /containers/"):
+        deleting = first.startswith(b"DELETE /containers/")
+        if deleting and self.refuse:
             self.refused += 1
             if self.hang:
                 # Until sandboxd gives up and closes.
@@ -85,16 +93,33 @@ class RefusingDocker:
                          % len(body) + body)
             conn.close()
             return
+        if deleting:
+            with self.lock:
+                self.deleting += 1
+                self.most_deleting = max(self.most_deleting, self.deleting)
         up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         up.connect(self.upstream)
         up.sendall(first)
 
-        def pump(a, b):
+        answered = []
+
+        def answer_came():
+            # Docker has done the removal once it answers: counted
+            # before the answer is passed on, so sandboxd's next call
+            # cannot look like an overlap.
+            if deleting and not answered:
+                answered.append(1)
+                with self.lock:
+                    self.deleting -= 1
+
+        def pump(a, b, upstream):
             try:
                 while True:
                     data = a.recv(65536)
                     if not data:
                         break
+                    if upstream:
+                        answer_came()
                     b.sendall(data)
             except OSError:
                 pass
@@ -103,12 +128,13 @@ class RefusingDocker:
             except OSError:
                 pass
 
-        t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        t = threading.Thread(target=pump, args=(up, conn, True), daemon=True)
         t.start()
-        pump(conn, up)
+        pump(conn, up, False)
         t.join(30)
         up.close()
         conn.close()
+        answer_came()
 
     def close(self):
         self.sock.close()
@@ -181,3 +207,50 @@ def test_shutdown_timeout_exits_leaving_the_rest_labelled(start_sandboxd,
     s2.signal(signal.SIGTERM)
     assert s2.wait_exit() == 0
     assert s.containers() == {} and s2.containers() == {}
+
+
+def test_removals_one_at_a_time_but_at_shutdown(start_sandboxd, scratch):
+    """Stops and removes go to Docker one at a time
+    (SANDBOXD_REMOVE_PARALLEL=1): Debian's dockerd 20.10.24 deadlocks when
+    two containers' network teardowns overlap (moby/moby#46661) and then
+    answers nothing more. Shutdown, with nothing else to do, takes
+    SANDBOXD_SHUTDOWN_PARALLEL of them at once."""
+    sock = os.path.join(scratch("sbxd-dk-"), "docker.sock")
+    proxy = RefusingDocker(sock, refuse=False)
+    try:
+        s = start_sandboxd(env={"DOCKER_HOST": f"unix://{sock}",
+                                "POOL_SIZE": "0",
+                                "SANDBOXD_SHUTDOWN_PARALLEL": "3"})
+        names = [s.create() for _ in range(4)]
+        errors = []
+
+        def release(name):
+            try:
+                r = requests.post(s.url + "/release",
+                                  json={"identity": name}, timeout=120,
+                                  headers=dict(s.session.headers))
+                assert r.status_code == 200, r.text
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=release, args=(n,))
+                   for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        wait_until(lambda: s.containers() == {}, 120,
+                   what="the 4 released containers gone")
+        assert proxy.most_deleting == 1
+
+        for _ in range(6):
+            s.create()
+        proxy.most_deleting = 0
+        s.signal(signal.SIGTERM)
+        assert s.wait_exit() == 0
+        assert s.containers() == {}
+        assert 2 <= proxy.most_deleting <= 3, proxy.most_deleting
+        assert ("shutdown: removing 6 sandboxes, 3 Docker calls at once"
+                in s.read_log())
+    finally:
+        proxy.close()

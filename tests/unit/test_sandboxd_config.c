@@ -157,6 +157,7 @@ test_bad_values_name_their_key(void **state)
 		{ "AUTO_CLEANUP", "sometimes", "AUTO_CLEANUP" },
 		{ "SANDBOXD_SHUTDOWN_PARALLEL", "0", "SANDBOXD_SHUTDOWN_PARALLEL" },
 		{ "SANDBOXD_SHUTDOWN_TIMEOUT", "0", "SANDBOXD_SHUTDOWN_TIMEOUT" },
+		{ "SANDBOXD_REMOVE_PARALLEL", "0", "SANDBOXD_REMOVE_PARALLEL" },
 	};
 	struct sandboxd_config cfg;
 	struct error err;
