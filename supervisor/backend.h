@@ -88,8 +88,9 @@ struct backend_ops {
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
 	/* Engine calls at once from now on, and of them stops and removes
+	 * (0: as many as the engine takes safely); answers the latter
 	 * (shutdown widens both). */
-	void (*set_parallel)(struct backend *b, size_t max_inflight,
+	size_t (*set_parallel)(struct backend *b, size_t max_inflight,
 	    size_t max_ends);
 	void (*free)(struct backend *b);
 };
@@ -101,7 +102,8 @@ struct backend {
 };
 
 /* DOCKER_HOST is unix:///path; at most max_inflight Engine API calls at
- * once, of which max_ends stop or remove a container. */
+ * once, of which max_ends stop or remove a container (0: one at a time on
+ * a Docker whose libnetwork deadlocks when exits overlap, else all). */
 struct backend *backend_docker_new(struct event_base *base,
     const char *docker_host, size_t max_inflight, size_t max_ends);
 

@@ -11,7 +11,49 @@
 #include <string.h>
 
 #include "docker_api.h"
+#include "log.h"
 #include "xmalloc.h"
+
+/* How wide the lane of stops and removes is (docker_api.h), for the one
+ * Docker backend of the process. Asked for 0 ("auto"), it is 1 until the
+ * engine's version says its container exits may overlap, then as wide as
+ * the whole queue. */
+static struct {
+	struct docker *docker;
+	size_t max_inflight;
+	size_t want_ends;	/* 0: auto */
+	int exits_safe;		/* the engine's version is known and fixed */
+} lane;
+
+static size_t
+lane_ends(void)
+{
+	if (lane.want_ends > 0)
+		return lane.want_ends;
+	return lane.exits_safe ? lane.max_inflight : 1;
+}
+
+static void
+version_cb(json_t *answer, const struct error *err, void *arg)
+{
+	const char *v = json_string_value(json_object_get(answer, "Version"));
+
+	(void)arg;
+	if (err != NULL || lane.docker == NULL)
+		return;		/* the first calls say what is wrong */
+	lane.exits_safe = !docker_exits_may_deadlock(v);
+	if (lane.want_ends > 0)
+		return;
+	if (lane.exits_safe) {
+		docker_set_max_inflight(lane.docker, lane.max_inflight,
+		    lane_ends());
+		return;
+	}
+	log_info("docker: engine %s: containers are stopped and removed one "
+	    "at a time (its libnetwork can deadlock when two containers exit "
+	    "at once, moby/moby#46661, fixed in 20.10.27)", v != NULL ? v :
+	    "of unknown version");
+}
 
 /* One create in flight: create, then start. Freed when done is called. */
 struct create_op {
@@ -316,15 +358,20 @@ docker_logs(struct backend *b, const char *id, int lines,
 	docker_container_logs(b->impl, id, lines, logs_cb, op);
 }
 
-static void
+static size_t
 docker_set_parallel(struct backend *b, size_t max_inflight, size_t max_ends)
 {
-	docker_set_max_inflight(b->impl, max_inflight, max_ends);
+	lane.max_inflight = max_inflight;
+	lane.want_ends = max_ends;
+	docker_set_max_inflight(b->impl, max_inflight, lane_ends());
+	return lane_ends();
 }
 
 static void
 docker_backend_free(struct backend *b)
 {
+	if (lane.docker == b->impl)
+		lane.docker = NULL;
 	docker_free(b->impl);
 	free(b);
 }
@@ -352,7 +399,12 @@ backend_docker_new(struct event_base *base, const char *docker_host,
 	/* unix:///var/run/docker.sock -> unix:/var/run/docker.sock */
 	addr = xasprintf("unix:%s", docker_host + strlen("unix://"));
 	b->ops = &docker_ops;
-	b->impl = docker_new(base, addr, max_inflight, max_ends);
+	lane.max_inflight = max_inflight;
+	lane.want_ends = max_ends;
+	lane.exits_safe = 0;
+	b->impl = lane.docker = docker_new(base, addr, max_inflight,
+	    lane_ends());
+	docker_version(b->impl, version_cb, NULL);
 	free(addr);
 	return b;
 }

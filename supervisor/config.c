@@ -141,11 +141,13 @@ static const struct config_option options[] = {
 	    "wait their turn (default 8)" },
 	{ "--remove-parallel", "SANDBOXD_REMOVE_PARALLEL", CONFIG_INT,
 	    C(remove_parallel), "N", "of those, calls that stop or remove a "
-	    "container (default 1: Docker 20.10 before 20.10.27 can deadlock "
-	    "when two containers' exits overlap)" },
+	    "container (default 0: all of them, but one at a time on a Docker "
+	    "before 20.10.27, which can deadlock when two containers exit at "
+	    "once)" },
 	{ "--shutdown-parallel", "SANDBOXD_SHUTDOWN_PARALLEL", CONFIG_INT,
-	    C(shutdown_parallel), "N", "Docker calls at once while shutdown "
-	    "removes every sandbox (AUTO_CLEANUP; default 32)" },
+	    C(shutdown_parallel), "N", "removals at once while shutdown "
+	    "removes every sandbox (AUTO_CLEANUP; default 0: 32, but one at a "
+	    "time on a Docker before 20.10.27)" },
 	{ "--shutdown-timeout", "SANDBOXD_SHUTDOWN_TIMEOUT", CONFIG_DOUBLE,
 	    C(shutdown_timeout), "SECONDS", "how long shutdown removes "
 	    "sandboxes before it exits leaving the rest for the next start "
@@ -205,8 +207,6 @@ set_defaults(struct sandboxd_config *c)
 	c->proxy_timeout = 3600;
 	c->pool_parallel = 2;
 	c->docker_parallel = 8;
-	c->shutdown_parallel = 32;
-	c->remove_parallel = 1;
 	c->shutdown_timeout = 80;
 	c->header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	c->body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
@@ -651,14 +651,14 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		    "and 1000");
 		return -1;
 	}
-	if (c->remove_parallel < 1 || c->remove_parallel > 1000) {
+	if (c->remove_parallel < 0 || c->remove_parallel > 1000) {
 		error_set(err, 400, "SANDBOXD_REMOVE_PARALLEL: must be between "
-		    "1 and 1000");
+		    "0 (auto) and 1000");
 		return -1;
 	}
-	if (c->shutdown_parallel < 1 || c->shutdown_parallel > 1000) {
+	if (c->shutdown_parallel < 0 || c->shutdown_parallel > 1000) {
 		error_set(err, 400, "SANDBOXD_SHUTDOWN_PARALLEL: must be between "
-		    "1 and 1000");
+		    "0 (auto) and 1000");
 		return -1;
 	}
 	if (!(c->shutdown_timeout > 0)) {

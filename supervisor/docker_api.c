@@ -412,6 +412,27 @@ docker_container_inspect(struct docker *d, const char *id, docker_cb done,
 	simple(d, "GET", id, "/json", "inspect", 0, done, arg);
 }
 
+void
+docker_version(struct docker *d, docker_cb done, void *arg)
+{
+	call(d, "GET", "/version", NULL, "version", 0, done, arg);
+}
+
+int
+docker_exits_may_deadlock(const char *version)
+{
+	int major, minor, patch = 0;
+
+	/* "20.10.24+dfsg1", "24.0.7", "19.03.15": libnetwork took the
+	 * fix of moby/moby#46661 in 20.10.27 (23.0 had it from the start). */
+	if (version == NULL || sscanf(version, "%d.%d.%d", &major, &minor,
+	    &patch) < 2)
+		return 1;
+	if (major != 20)
+		return major < 20;
+	return minor < 10 || (minor == 10 && patch < 27);
+}
+
 /* Percent-encode everything but unreserved characters. */
 static char *
 url_encode(const char *s)

@@ -49,6 +49,12 @@ void docker_container_stop(struct docker *d, const char *id, int seconds,
 /* DELETE /containers/ID?force=1&v=1 */
 void docker_container_remove(struct docker *d, const char *id,
     docker_cb done, void *arg);
+/* GET /version: {"Version": ...}. */
+void docker_version(struct docker *d, docker_cb done, void *arg);
+/* 1 when an engine of this version (its "Version") can deadlock while two
+ * containers exit at once (moby/moby#46661; unknown versions count as
+ * such). */
+int docker_exits_may_deadlock(const char *version);
 void docker_container_inspect(struct docker *d, const char *id,
     docker_cb done, void *arg);
 /* GET /containers/json?all=1&filters={"label":["LABEL=VALUE"]}, with

@@ -22,6 +22,8 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
+/* Removals at once at shutdown on an engine that takes them (auto). */
+#define SHUTDOWN_PARALLEL_AUTO 32
 /* Seconds between "removed N of M" lines while shutdown removes. */
 #define SHUTDOWN_PROGRESS_EVERY 2.0
 /* No removal done for this long (or half the shutdown timeout, when
@@ -237,11 +239,15 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	if (sd.cfg.auto_cleanup) {
 		/* Removals are force removes (no stop, no grace period) and
 		 * nothing else waits on Docker now: SANDBOXD_SHUTDOWN_PARALLEL
-		 * of them at once, in place of SANDBOXD_REMOVE_PARALLEL. */
-		sd.backend->ops->set_parallel(sd.backend,
-		    (size_t)(sd.cfg.shutdown_parallel > sd.cfg.docker_parallel ?
-		    sd.cfg.shutdown_parallel : sd.cfg.docker_parallel),
-		    (size_t)sd.cfg.shutdown_parallel);
+		 * of them at once (auto: SHUTDOWN_PARALLEL_AUTO where the
+		 * engine takes overlapping exits, else one at a time). */
+		long wide = sd.cfg.shutdown_parallel > 0 ?
+		    sd.cfg.shutdown_parallel : SHUTDOWN_PARALLEL_AUTO;
+		size_t at_once;
+
+		at_once = sd.backend->ops->set_parallel(sd.backend,
+		    (size_t)(wide > sd.cfg.docker_parallel ? wide :
+		    sd.cfg.docker_parallel), (size_t)sd.cfg.shutdown_parallel);
 		for (sb = sandbox_first(); sb != NULL; sb = next) {
 			next = sandbox_next(sb);
 			if (sb->state != SB_RELEASED) {
@@ -249,8 +255,8 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 				lifecycle_release(sb, shutdown_released_cb, NULL);
 			}
 		}
-		log_info("shutdown: removing %zu sandboxes, %ld Docker calls at "
-		    "once", shutdown_total, sd.cfg.shutdown_parallel);
+		log_info("shutdown: removing %zu sandboxes, %zu at once",
+		    shutdown_total, at_once);
 	}
 	shutdown_ev = event_new(sd.base, -1, EV_PERSIST, shutdown_tick_cb, NULL);
 	event_add(shutdown_ev, &tick);

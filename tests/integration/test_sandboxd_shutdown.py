@@ -15,6 +15,7 @@ from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F4
                                wait_until)
 
 N = 20
+ONE_AT_A_TIME = "containers are stopped and removed one at a time"
 
 
 def test_sigterm_removes_a_full_pool_and_counts(start_sandboxd):
@@ -28,7 +29,11 @@ def test_sigterm_removes_a_full_pool_and_counts(start_sandboxd):
     assert s.containers() == {}
     assert os.listdir(os.path.join(s.state_dir, "workspaces")) == []
     log = s.read_log()
-    assert f"shutdown: removing {N} sandboxes, 32 Docker calls at once" in log
+    m = re.search(rf"shutdown: removing {N} sandboxes, (\d+) at once", log)
+    assert m, log[-3000:]
+    # 32 at once, but one at a time on a Docker that deadlocks when two
+    # containers exit together (Debian 12's 20.10.24 among them).
+    assert int(m.group(1)) == (1 if ONE_AT_A_TIME in log else 32)
     assert re.search(rf"shutdown: removed {N} of {N} sandboxes in [0-9.]+ s",
                      log), log[-3000:]
     assert f"shutdown: removed all {N} sandboxes" in log
@@ -175,6 +180,7 @@ def test_shutdown_timeout_exits_leaving_the_rest_labelled(start_sandboxd,
     try:
         s = start_sandboxd(env={"DOCKER_HOST": f"unix://{sock}",
                                 "POOL_SIZE": "3",
+                                "SANDBOXD_SHUTDOWN_PARALLEL": "8",
                                 "SANDBOXD_SHUTDOWN_TIMEOUT": "2"})
         wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}']
                    == 3, 120, what="3 warm sandboxes")
@@ -210,11 +216,11 @@ def test_shutdown_timeout_exits_leaving_the_rest_labelled(start_sandboxd,
 
 
 def test_removals_one_at_a_time_but_at_shutdown(start_sandboxd, scratch):
-    """Stops and removes go to Docker one at a time
-    (SANDBOXD_REMOVE_PARALLEL=1): Debian's dockerd 20.10.24 deadlocks when
-    two containers' network teardowns overlap (moby/moby#46661) and then
-    answers nothing more. Shutdown, with nothing else to do, takes
-    SANDBOXD_SHUTDOWN_PARALLEL of them at once."""
+    """On a Docker before 20.10.27 (Debian 12 has 20.10.24) stops and
+    removes go to it one at a time (SANDBOXD_REMOVE_PARALLEL auto): its
+    libnetwork deadlocks when two containers' network teardowns overlap
+    (moby/moby#46661) and then answers nothing more. A set
+    SANDBOXD_SHUTDOWN_PARALLEL is taken as asked at shutdown."""
     sock = os.path.join(scratch("sbxd-dk-"), "docker.sock")
     proxy = RefusingDocker(sock, refuse=False)
     try:
@@ -241,7 +247,10 @@ def test_removals_one_at_a_time_but_at_shutdown(start_sandboxd, scratch):
         assert not errors, errors
         wait_until(lambda: s.containers() == {}, 120,
                    what="the 4 released containers gone")
-        assert proxy.most_deleting == 1
+        if ONE_AT_A_TIME in s.read_log():
+            assert proxy.most_deleting == 1
+        else:
+            assert proxy.most_deleting > 1
 
         for _ in range(6):
             s.create()
@@ -250,7 +259,6 @@ def test_removals_one_at_a_time_but_at_shutdown(start_sandboxd, scratch):
         assert s.wait_exit() == 0
         assert s.containers() == {}
         assert 2 <= proxy.most_deleting <= 3, proxy.most_deleting
-        assert ("shutdown: removing 6 sandboxes, 3 Docker calls at once"
-                in s.read_log())
+        assert "shutdown: removing 6 sandboxes, 3 at once" in s.read_log()
     finally:
         proxy.close()
