@@ -21,12 +21,14 @@ figures of `make bench`.
       Docker alone, for comparison, through the Engine API as sandboxd
       calls it: N containers like minimal sandboxes, agents running,
       created and started PARALLEL at once, then force-removed RM_PARALLEL
-      at once; prints both rates.
+      at once (as sandboxd's shutdown does on this engine); prints both
+      rates.
 
 Options: --type minimal, --tag TAG (RUNTIME_SANDBOX_IMAGE_TAG; default: the
 image of this tree's agent, as the tests tag it, built when missing: only
 for minimal), --parallel
-16, --rm-parallel 32, --marks 0,250,500 (create rate after that many were
+16, --rm-parallel (0: as sandboxd's shutdown on this engine, 32 or 1 on a
+Docker before 20.10.27), --marks 0,250,500 (create rate after that many were
 live, over --window 50 creates), --health-interval 5, --health-rounds 4,
 --prefix sbxscale- (containers made here; leftovers with it are removed at
 the end, whatever happened), --sandboxd supervisor/sandboxd, --env K=V
@@ -503,6 +505,29 @@ def docker_rate(a):
             "docker_rm_parallel": a.rm_parallel}
 
 
+def exits_may_deadlock(version):
+    """sandboxd's rule (docker_exits_may_deadlock): an engine before
+    20.10.27 deadlocks in libnetwork when two containers exit at once
+    (moby/moby#46661)."""
+    try:
+        parts = [int(x) for x in version.split("+")[0].split(".")[:3]]
+    except ValueError:
+        return True
+    if len(parts) < 2:
+        return True
+    major, minor, patch = (parts + [0])[:3]
+    if major != 20:
+        return major < 20
+    return minor < 10 or (minor == 10 and patch < 27)
+
+
+def auto_rm_parallel():
+    """Docker alone removes as sandboxd's shutdown does on this engine
+    (SANDBOXD_SHUTDOWN_PARALLEL auto): 32 at once, or one at a time."""
+    version = json.loads(docker_get("/version")).get("Version", "")
+    return 1 if exits_may_deadlock(version) else 32
+
+
 def agent_tag(type_name):
     """The tests' tag of this tree's agent; builds the image if missing."""
     import hashlib
@@ -527,7 +552,7 @@ def main():
     p.add_argument("--type", default="minimal")
     p.add_argument("--tag")
     p.add_argument("--parallel", type=int, default=16)
-    p.add_argument("--rm-parallel", type=int, default=32)
+    p.add_argument("--rm-parallel", type=int, default=0)
     p.add_argument("--baseline", action="store_true")
     p.add_argument("--marks", default="0,250,500")
     p.add_argument("--window", type=int, default=50)
@@ -542,6 +567,8 @@ def main():
     p.add_argument("--no-shutdown", action="store_true")
     a = p.parse_args()
     a.marks = [int(x) for x in a.marks.split(",") if x]
+    if a.rm_parallel == 0:
+        a.rm_parallel = auto_rm_parallel()
     if a.tag is None:
         a.tag = agent_tag(a.type)
     if a.cmd == "run":

@@ -7,7 +7,8 @@
 #   with BENCH_SCALE_N (250) live: GET /v1/sandboxes and list_session_keys,
 #   the CPU of a health round, host memory per minimal sandbox, and the
 #   SIGTERM with AUTO_CLEANUP that removes them; Docker alone removing as
-#   many (Engine API, 32 at once, right after) for comparison; host memory
+#   many (Engine API, as many at once as sandboxd's shutdown takes on this
+#   engine, right after) for comparison; host memory
 #   per base sandbox (BENCH_SCALE_BASE_N, 50).
 #
 # Containers are named sbxbench-*; any left are removed at the end. Takes
@@ -72,7 +73,7 @@ section_scale() {
 			"$(verdict "$(field shutdown_s "$out")" '<=' 30)"
 		row "  Docker alone: create + start, 16 at once" \
 			"$(field docker_run_per_s "$out") /s"
-		row "  Docker alone: force remove, 32 at once" \
+		row "  Docker alone: force remove, $(field docker_rm_parallel "$out") at once" \
 			"$(field docker_rm_s "$out") s ($(field docker_rm_per_s "$out") /s)"
 		row "  shutdown / Docker alone" "$(field shutdown_vs_docker "$out")x"
 	else
