@@ -563,6 +563,70 @@ method_of(const char *path, int *is_async)
 	return NULL;
 }
 
+/* A method call naming a sandbox this instance has not heard of, while
+ * Redis is asked for its record. */
+struct rpc_lookup {
+	struct http_request *req;
+	const struct rpc_method *m;
+	json_t *args;
+	int gone;		/* the client left meanwhile */
+};
+
+static void
+lookup_gone_cb(struct http_request *req, void *arg)
+{
+	struct rpc_lookup *l = arg;
+
+	(void)req;
+	l->gone = 1;
+}
+
+static void
+looked_up_cb(void *arg, int ok)
+{
+	struct rpc_lookup *l = arg;
+	struct error err;
+
+	if (!l->gone) {
+		const char *what = http_request_path(l->req) + 1;
+
+		http_request_on_close(l->req, NULL, NULL);
+		if (ok) {
+			l->m->handler(l->req, what, l->args);
+		} else {
+			shared_lost_error(&err);
+			api_reply_rpc_error(l->req, what, &err);
+		}
+	}
+	json_decref(l->args);
+	free(l);
+}
+
+/* With other instances on one Redis, a name unknown here may be one whose
+ * announcement has not reached us yet (its create answered, its client is
+ * already asking us): read its record first. 1 when that is under way. */
+static int
+rpc_lookup_first(struct http_request *req, const struct rpc_method *m,
+    json_t *args)
+{
+	const char *id = json_string_value(json_object_get(args, "identity"));
+	struct rpc_lookup *l;
+
+	if (!shared_enabled() || id == NULL || sandbox_find(id) != NULL)
+		return 0;
+	l = xcalloc(1, sizeof *l);
+	l->req = req;
+	l->m = m;
+	l->args = json_incref(args);
+	if (shared_lookup(id, looked_up_cb, l) < 0) {
+		json_decref(args);
+		free(l);
+		return 0;
+	}
+	http_request_on_close(req, lookup_gone_cb, l);
+	return 1;
+}
+
 /* Every manager route: validate the arguments, then the method's own
  * handler (which borrows them). */
 static void
@@ -579,7 +643,8 @@ route_rpc(struct http_request *req, void *arg)
 		fatal("no manager method for %s", http_request_path(req));
 	if ((args = rpc_args(req, m, is_async, what)) == NULL)
 		return;
-	m->handler(req, what, args);
+	if (!rpc_lookup_first(req, m, args))
+		m->handler(req, what, args);
 	json_decref(args);
 }
 

@@ -92,6 +92,9 @@ struct backend_ops {
 	 * (shutdown widens both). */
 	size_t (*set_parallel)(struct backend *b, size_t max_inflight,
 	    size_t max_ends);
+	/* Give up every operation under way or waiting: each callback runs
+	 * now with an error naming why (an exit that cannot wait). */
+	void (*abort)(struct backend *b, const char *why);
 	void (*free)(struct backend *b);
 };
 

@@ -368,6 +368,12 @@ docker_set_parallel(struct backend *b, size_t max_inflight, size_t max_ends)
 }
 
 static void
+docker_abort_all(struct backend *b, const char *why)
+{
+	docker_abort(b->impl, why);
+}
+
+static void
 docker_backend_free(struct backend *b)
 {
 	if (lane.docker == b->impl)
@@ -386,6 +392,7 @@ static const struct backend_ops docker_ops = {
 	.list = docker_list,
 	.logs = docker_logs,
 	.set_parallel = docker_set_parallel,
+	.abort = docker_abort_all,
 	.free = docker_backend_free,
 };
 

@@ -36,7 +36,8 @@ struct call {
 	void *arg;
 	char *what;		/* "create container x", for messages */
 	struct error err;	/* refused before an answer: why */
-	int launched;		/* counted in inflight */
+	int launched;		/* counted in inflight, on launched */
+	void *req;		/* its HTTP request while launched */
 	int new_work;		/* a create: waits behind everything else */
 	int ends;		/* stops or removes a container: its lane */
 	docker_sent_cb sent;	/* told when the call goes to the daemon */
@@ -62,6 +63,7 @@ struct docker {
 	TAILQ_HEAD(call_queue, call) queue;
 	struct call_queue creates;
 	struct call_queue ends;
+	struct call_queue launched;	/* sent, not yet answered */
 };
 
 /* The next call to launch, taken off its queue, or NULL. */
@@ -96,6 +98,7 @@ docker_new(struct event_base *base, const char *addr, size_t max_inflight,
 	TAILQ_INIT(&d->queue);
 	TAILQ_INIT(&d->creates);
 	TAILQ_INIT(&d->ends);
+	TAILQ_INIT(&d->launched);
 	return d;
 }
 
@@ -144,6 +147,8 @@ call_end(struct call *c)
 
 	if (c->ends)
 		d->ends_inflight--;
+	if (c->req != NULL)
+		TAILQ_REMOVE(&d->launched, c, entry);
 	call_free(c);
 	d->inflight--;
 	/* An ended stop or remove may free a place in both lanes. */
@@ -268,6 +273,42 @@ launch(struct call *c)
 	if (r == NULL) {
 		error_prefix(&c->err, "docker: %s", c->what);
 		refuse(c);
+		return;
+	}
+	c->req = r;
+	TAILQ_INSERT_TAIL(&d->launched, c, entry);
+}
+
+/* c's done callback with err, now. */
+static void
+fail_now(struct call *c, const struct error *err)
+{
+	if (c->raw)
+		c->raw_done(NULL, 0, err, c->arg);
+	else
+		c->done(NULL, err, c->arg);
+}
+
+void
+docker_abort(struct docker *d, const char *why)
+{
+	struct call *c;
+	struct error err;
+
+	error_set(&err, 503, "docker: %s", why);
+	/* Queued calls first, so that ending a launched one starts none. */
+	d->max_ends = (size_t)-1;
+	while ((c = dequeue(d)) != NULL) {
+		fail_now(c, &err);
+		call_free(c);
+	}
+	while ((c = TAILQ_FIRST(&d->launched)) != NULL) {
+		if (c->raw)
+			http_client_cancel(c->req);
+		else
+			http_client_json_cancel(c->req);
+		fail_now(c, &err);
+		call_end(c);
 	}
 }
 

@@ -26,6 +26,10 @@ typedef void (*docker_raw_cb)(const char *body, size_t len,
 struct docker *docker_new(struct event_base *base, const char *addr,
     size_t max_inflight, size_t max_ends);
 void docker_free(struct docker *d);
+/* Give up every call, sent or queued: each callback runs now with err
+ * (503) naming why. For an exit that cannot wait for the daemon (its
+ * callers' state must still be there). */
+void docker_abort(struct docker *d, const char *why);
 /* Change how many calls may be in flight; waiting ones start at once when
  * it grows. */
 void docker_set_max_inflight(struct docker *d, size_t max_inflight,

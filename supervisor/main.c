@@ -171,6 +171,10 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		log_error("shutdown: %zu operations still running after %.0f s "
 		    "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway",
 		    lifecycle_busy(), sd.cfg.shutdown_timeout);
+		/* Their callbacks run now, while what they touch exists. */
+		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
+		    "exiting (SANDBOXD_SHUTDOWN_TIMEOUT)");
+		state_flush();
 		/* No last sweep: it would wait on Docker as long as the
 		 * removals did. What is left keeps its label and its record
 		 * in the state file for the next start. */
@@ -218,6 +222,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	(void)arg;
 	if (sd.shutting_down) {
 		log_warn("signal %d again: exiting now", (int)sig);
+		/* What waits on Docker is given up (callbacks run now). */
+		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
+		    "exiting (a second signal)");
 		state_flush();
 		/* What AUTO_CLEANUP had still to remove is left running. */
 		if (sd.cfg.auto_cleanup && lifecycle_busy() > 0)

@@ -588,6 +588,12 @@ void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
 void shared_flush(void (*done)(void *arg), void *arg);
 int shared_is_remote(const struct sandbox *sb);
 struct sandbox *shared_find(const char *identity);
+/* Read name's record from Redis now (an instance's announcement may come
+ * a moment after its create answered a client who then asks us), then
+ * done(arg, 1), or done(arg, 0) when Redis went away meanwhile. -1 (done
+ * never runs) while Redis is down. */
+int shared_lookup(const char *name, void (*done)(void *arg, int ok),
+    void *arg);
 /* The other instances' records (sandbox_next walks on). */
 struct sandbox *shared_first(void);
 void shared_session_names(const char *session, json_t *names);

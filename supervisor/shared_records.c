@@ -620,6 +620,46 @@ fetch(const char *name)
 	free(key);
 }
 
+/* One look-up of a name no announcement told us about yet. */
+struct lookup {
+	char *name;
+	void (*done)(void *arg, int ok);
+	void *arg;
+};
+
+static void
+lookup_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct lookup *l = arg;
+
+	record_cb(ac, reply, l->name);		/* frees the name */
+	l->done(l->arg, reply != NULL);
+	free(l);
+}
+
+int
+shared_lookup(const char *name, void (*done)(void *arg, int ok), void *arg)
+{
+	struct lookup *l;
+	char *key;
+	int rc;
+
+	if (!shared_up())
+		return -1;
+	l = xcalloc(1, sizeof *l);
+	l->name = xstrdup(name);
+	l->done = done;
+	l->arg = arg;
+	key = shared_key("sb:%s", name);
+	rc = shared_command(lookup_cb, l, "HGETALL %s", key);
+	free(key);
+	if (rc < 0) {
+		free(l->name);
+		free(l);
+	}
+	return rc;
+}
+
 static void
 event_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {

@@ -104,6 +104,26 @@ def known(s, name):
     return s.post("/get_info", {"identity": name}).status_code == 200
 
 
+def test_unannounced_record_is_looked_up(pair, redis):
+    """B is asked about a sandbox before A's announcement reached it (a
+    client whose create A just answered, on the next request through the
+    balancer): B reads the record from Redis instead of answering 404. The
+    record here is written without an announcement, so B can learn of it
+    only by looking."""
+    a, b = pair()
+    sid = a.create(meta={"session_ctx_id": "s-look"})
+    p = f"t{redis.port}:"
+    quiet = "rda-" + "1234567890abcdef"
+    assert redis.cli("COPY", f"{p}sb:{sid}", f"{p}sb:{quiet}") == ["1"]
+    redis.cli("SADD", f"{p}sandboxes", quiet)
+    assert not known(b, sid + "x")         # a name Redis has not: 404
+    info = b.rpc("get_info", identity=quiet)
+    assert info["container_name"] == quiet
+    assert info["session_ctx_id"] == "s-look"
+    # The copy leads to A's sandbox: its agent answers through B.
+    assert b.shell(quiet, "echo looked-up")["stdout"] == "looked-up\n"
+
+
 def test_create_on_a_call_on_b(pair, redis):
     a, b = pair()
     mgr_a, mgr_b = RemoteManager(a.url), RemoteManager(b.url)
