@@ -604,21 +604,32 @@ looked_up_cb(void *arg, int ok)
 
 /* With other instances on one Redis, a name unknown here may be one whose
  * announcement has not reached us yet (its create answered, its client is
- * already asking us): read its record first. 1 when that is under way. */
+ * already asking us): read its record first; a session's mapping, the
+ * records of its sandboxes. 1 when that is under way. */
 static int
 rpc_lookup_first(struct http_request *req, const struct rpc_method *m,
     json_t *args)
 {
 	const char *id = json_string_value(json_object_get(args, "identity"));
+	const char *session = json_string_value(json_object_get(args,
+	    "session_ctx_id"));
 	struct rpc_lookup *l;
+	int rc;
 
-	if (!shared_enabled() || id == NULL || sandbox_find(id) != NULL)
+	if (!shared_enabled())
+		return 0;
+	/* A session's mapping: Redis has every instance's binding at once. */
+	if (m->handler == rpc_get_session_mapping && session != NULL)
+		id = NULL;
+	else if (id == NULL || sandbox_find(id) != NULL)
 		return 0;
 	l = xcalloc(1, sizeof *l);
 	l->req = req;
 	l->m = m;
 	l->args = json_incref(args);
-	if (shared_lookup(id, looked_up_cb, l) < 0) {
+	rc = id != NULL ? shared_lookup(id, looked_up_cb, l) :
+	    shared_lookup_session(session, looked_up_cb, l);
+	if (rc < 0) {
 		json_decref(args);
 		free(l);
 		return 0;

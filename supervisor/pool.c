@@ -31,6 +31,7 @@ struct pool {
 static struct pool *pools;
 static size_t npools;
 static struct event *refill_ev;
+static double refill_due;	/* when refill_ev, if pending, fires */
 
 static struct pool *
 find(const char *type_name)
@@ -72,14 +73,16 @@ static void
 schedule(double delay)
 {
 	struct timeval tv;
+	double due = sandboxd_now() + delay;
 
 	if (refill_ev == NULL)
 		return;
 	tv.tv_sec = (time_t)delay;
 	tv.tv_usec = (suseconds_t)((delay - (double)tv.tv_sec) * 1e6);
-	/* An earlier run wins over a later one. */
-	if (evtimer_pending(refill_ev, NULL) && delay > 0)
+	/* An earlier run wins over a later one (of another pool, say). */
+	if (evtimer_pending(refill_ev, NULL) && refill_due <= due)
 		return;
+	refill_due = due;
 	evtimer_del(refill_ev);
 	evtimer_add(refill_ev, &tv);
 }
@@ -116,8 +119,15 @@ fill(struct pool *p)
 	struct create_request creq = { 0 };
 	struct error err;
 
-	if (sandboxd_now() < p->retry_at)
+	/* Its creates would fail: the connection, once up, refills. */
+	if (shared_enabled() && !shared_up())
 		return;
+	/* The timer runs from the loop's clock, read before this one: it
+	 * may fire a little before retry_at, and must then come again. */
+	if (sandboxd_now() < p->retry_at) {
+		schedule(p->retry_at - sandboxd_now());
+		return;
+	}
 	creq.type = p->type;
 	creq.for_pool = 1;
 	while (warm + creating < (size_t)sd.cfg.pool_size &&

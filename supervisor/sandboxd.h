@@ -594,6 +594,10 @@ struct sandbox *shared_find(const char *identity);
  * never runs) while Redis is down. */
 int shared_lookup(const char *name, void (*done)(void *arg, int ok),
     void *arg);
+/* The same for the sandboxes Redis has bound to session that we have not
+ * heard of. */
+int shared_lookup_session(const char *session,
+    void (*done)(void *arg, int ok), void *arg);
 /* The other instances' records (sandbox_next walks on). */
 struct sandbox *shared_first(void);
 void shared_session_names(const char *session, json_t *names);

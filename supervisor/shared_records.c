@@ -637,27 +637,80 @@ lookup_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	free(l);
 }
 
+/* cmd on key (the look-up's first step), answered to cb with a lookup
+ * that holds name (may be NULL), done and arg. -1 while Redis is down. */
+static int
+lookup_start(const char *cmd, char *key, shared_reply_cb cb,
+    const char *name, void (*done)(void *arg, int ok), void *arg)
+{
+	struct lookup *l;
+	int rc = -1;
+
+	if (shared_up()) {
+		l = xcalloc(1, sizeof *l);
+		l->name = name != NULL ? xstrdup(name) : NULL;
+		l->done = done;
+		l->arg = arg;
+		if ((rc = shared_command(cb, l, "%s %s", cmd, key)) < 0) {
+			free(l->name);
+			free(l);
+		}
+	}
+	free(key);
+	return rc;
+}
+
 int
 shared_lookup(const char *name, void (*done)(void *arg, int ok), void *arg)
 {
-	struct lookup *l;
-	char *key;
-	int rc;
+	return lookup_start("HGETALL", shared_key("sb:%s", name), lookup_cb,
+	    name, done, arg);
+}
 
-	if (!shared_up())
-		return -1;
-	l = xcalloc(1, sizeof *l);
-	l->name = xstrdup(name);
-	l->done = done;
-	l->arg = arg;
-	key = shared_key("sb:%s", name);
-	rc = shared_command(lookup_cb, l, "HGETALL %s", key);
-	free(key);
-	if (rc < 0) {
-		free(l->name);
+/* The records of a session's sandboxes none told us about yet: the names
+ * bound to it in Redis, then each unknown one's record, then a PING whose
+ * answer (in order on the one connection) says all were applied. */
+static void
+session_done_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct lookup *l = arg;
+
+	(void)ac;
+	l->done(l->arg, reply != NULL);
+	free(l);
+}
+
+static void
+session_members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	struct lookup *l = arg;
+	redisReply *r = reply;
+
+	(void)ac;
+	if (r == NULL) {
+		l->done(l->arg, 0);
+		free(l);
+		return;
+	}
+	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements;
+	    i++) {
+		const redisReply *m = r->element[i];
+
+		if (m->type == REDIS_REPLY_STRING && sandbox_find(m->str) == NULL)
+			fetch(m->str);
+	}
+	if (shared_command(session_done_cb, l, "PING") < 0) {
+		l->done(l->arg, 0);
 		free(l);
 	}
-	return rc;
+}
+
+int
+shared_lookup_session(const char *session,
+    void (*done)(void *arg, int ok), void *arg)
+{
+	return lookup_start("SMEMBERS", shared_key("session:%s", session),
+	    session_members_cb, NULL, done, arg);
 }
 
 static void
@@ -751,6 +804,8 @@ shared_records_connected(void)
 	names = shared_key("live");
 	shared_command(shared_live_cb, NULL, "HGETALL %s", names);
 	free(names);
+	/* Creates waited for the connection. */
+	pool_refill();
 }
 
 struct sandbox *

@@ -35,6 +35,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def relay(src, dst):
+    """Copies src to dst until either ends, then shuts both down (one half
+    of a TCP relay a test puts between a client and a server)."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def rss_kib(pid, field="VmRSS"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:

@@ -31,6 +31,13 @@ def docker(*args, check=True, timeout=120):
                           check=check, timeout=timeout)
 
 
+def log_tail(s, size=4000):
+    """The end of a sandboxd's log without the access lines of polls."""
+    lines = [line for line in s.read_log().splitlines(keepends=True)
+             if '"GET /metrics"' not in line and '"GET /health"' not in line]
+    return "".join(lines)[-size:]
+
+
 def wait_until(predicate, timeout=30, interval=0.05, what="condition",
                logs=()):
     """logs: sandboxd instances whose log tails go into the failure."""
@@ -40,7 +47,7 @@ def wait_until(predicate, timeout=30, interval=0.05, what="condition",
         if value:
             return value
         if time.time() > deadline:
-            tails = "".join(f"\n--- log of {s.url}:\n{s.read_log()[-3000:]}"
+            tails = "".join(f"\n--- log of {s.url}:\n{log_tail(s)}"
                             for s in logs)
             raise AssertionError(
                 f"timed out after {timeout} s waiting for {what}{tails}")

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 import ws_client
-from conftest import ROOT
+from conftest import ROOT, relay
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
 from test_agent_desktop_web import full_update, rfb_handshake, view
 
@@ -212,22 +212,6 @@ class PrefixProxy:
             threading.Thread(target=self.handle, args=(conn,),
                              daemon=True).start()
 
-    @staticmethod
-    def pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def handle(self, conn):
         buf = b""
         while b"\r\n\r\n" not in buf:
@@ -249,9 +233,8 @@ class PrefixProxy:
             out.append("Connection: close")
         up = socket.create_connection(("127.0.0.1", self.target))
         up.sendall(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + rest)
-        threading.Thread(target=self.pipe, args=(up, conn),
-                         daemon=True).start()
-        self.pipe(conn, up)
+        threading.Thread(target=relay, args=(up, conn), daemon=True).start()
+        relay(conn, up)
 
     def close(self):
         self.listener.close()

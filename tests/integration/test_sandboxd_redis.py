@@ -12,13 +12,14 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
 import requests
 
 import ws_client
-from conftest import SANDBOXD_BIN, free_port
+from conftest import SANDBOXD_BIN, free_port, relay
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
@@ -122,6 +123,15 @@ def test_unannounced_record_is_looked_up(pair, redis):
     assert info["session_ctx_id"] == "s-look"
     # The copy leads to A's sandbox: its agent answers through B.
     assert b.shell(quiet, "echo looked-up")["stdout"] == "looked-up\n"
+    # A session's mapping likewise: its bindings are read from Redis (the
+    # SDK's connect asks for it and would otherwise create a second one).
+    quiet2 = "rda-" + "fedcba0987654321"
+    assert redis.cli("COPY", f"{p}sb:{sid}", f"{p}sb:{quiet2}") == ["1"]
+    redis.cli("HSET", f"{p}sb:{quiet2}", "session", "s-look2")
+    redis.cli("SADD", f"{p}session:s-look2", quiet2)
+    redis.cli("SADD", f"{p}sandboxes", quiet2)
+    assert RemoteManager(b.url).get_session_mapping("s-look2") == [quiet2]
+    assert RemoteManager(b.url).get_session_mapping("s-none") == []
 
 
 def test_create_on_a_call_on_b(pair, redis):
@@ -182,7 +192,11 @@ def test_concurrent_pool_takes_never_hand_out_one_twice(pair, redis):
     a, b = pair(POOL_SIZE=4, SANDBOXD_POOL_PARALLEL=4)
     pool_key = f"t{redis.port}:container_pool:minimal"
     wait_until(lambda: len(redis.cli("LRANGE", pool_key, "0", "-1")) == 8,
-               90, interval=0.2, what="both pools full")
+               90, interval=0.2, what="both pools full", logs=[a, b])
+    # The pools waited for Redis at start instead of failing a create on
+    # it (and, once, not coming back: CI saw a pool stay empty).
+    for s in (a, b):
+        assert "unreachable" not in s.read_log()
 
     def take(i):
         s = a if i % 2 == 0 else b
@@ -200,6 +214,56 @@ def test_concurrent_pool_takes_never_hand_out_one_twice(pair, redis):
     for i, name in enumerate(names):
         info = RemoteManager(b.url).get_info(name)
         assert info["session_ctx_id"] == f"c{i}", (name, info)
+
+
+class SlowStart:
+    """A TCP relay to Redis whose first connection is held `delay` s before
+    anything passes: sandboxd is ready before its Redis is."""
+
+    def __init__(self, port, delay):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.target, self.delay, self.first = port, delay, True
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            delay, self.first = (self.delay if self.first else 0), False
+            threading.Thread(target=self.relay, args=(client, delay),
+                             daemon=True).start()
+
+    def relay(self, client, delay):
+        time.sleep(delay)
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+        except OSError:         # Redis stopped at the test's end
+            client.close()
+            return
+        threading.Thread(target=relay, args=(upstream, client),
+                         daemon=True).start()
+        relay(client, upstream)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_pool_waits_for_redis_at_start(start_sandboxd, redis):
+    """Ready before its Redis connection is: the pool's first creates wait
+    for the connection instead of failing on it (CI once saw a pool that,
+    failed so, stayed empty)."""
+    relay = SlowStart(redis.port, 1.5)
+    try:
+        a = start_sandboxd(env=redis_env(redis, "rda-", POOL_SIZE=1,
+                                         REDIS_PORT=relay.port))
+        wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
+                   == 1, 30, what="the pool warm", logs=[a])
+        assert "unreachable" not in a.read_log()
+    finally:
+        relay.close()
 
 
 def test_instance_limit_counts_every_instance(pair, redis):
@@ -236,7 +300,7 @@ def test_owner_killed_then_restarted(pair, redis):
     # (50 ms after): a container killed before it has a record is
     # removed at restart, as it should be, and would not be "before".
     wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
-               == 1, 60, what="A's pool sandbox warm")
+               == 1, 60, what="A's pool sandbox warm", logs=[a, b])
     time.sleep(0.5)
     a.signal(signal.SIGKILL)
     a.wait_exit(10)
@@ -388,7 +452,7 @@ def lease_env(redis, prefix, grace, **more):
 
 def kill_when_pool_warm(a, redis):
     wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
-               == 1, 60, what="A's pool sandbox warm")
+               == 1, 60, what="A's pool sandbox warm", logs=[a])
     # In its state file (written 50 ms after), so it comes back.
     time.sleep(0.5)
     warm = [n for n in redis.cli("LRANGE", f"t{redis.port}:container_pool:"
