@@ -142,14 +142,19 @@ $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_AS
 	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
 
 # tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
-# the common objects; Nettle for the WebSocket handshake's hashing).
+# the common objects and what the module is built on, listed below; Nettle
+# for the WebSocket handshake's hashing).
 $(BUILD)/unit/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/agent/%.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Iagent $(CFLAGS) -o $@ $< $(BUILD)/agent/$*.o $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
+	$(CC) $(CFLAGS_BASE) -Iagent $(CFLAGS) -o $@ $< $(filter %.o,$^) $(UNIT_LIBS) -lnettle
 
 $(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%.o $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(BUILD)/asan/agent/$*.o $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
+	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(filter %.o,$^) $(UNIT_LIBS) -lnettle
+
+# A work queue is a work pool of one thread.
+$(BUILD)/unit/test_agent_work_queue: $(BUILD)/agent/work_pool.o
+$(BUILD)/unit-asan/test_agent_work_queue: $(BUILD)/asan/agent/work_pool.o
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done

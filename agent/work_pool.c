@@ -40,6 +40,7 @@ struct work_pool {
 	/* Under lock: */
 	unsigned max, nthreads, nidle, ntodo;
 	int stopping;
+	int keep;			/* threads never idle out */
 	struct pool_list todo;		/* workers take from here */
 	struct pool_list finished;	/* the loop takes from here */
 	pthread_t *exited;		/* returned threads, to be joined */
@@ -94,8 +95,11 @@ wait_for_work(struct work_pool *p)
 		p->nidle++;
 		rc = pthread_cond_timedwait(&p->wake, &p->lock, &until);
 		p->nidle--;
-		if (rc == ETIMEDOUT && p->todo.head == NULL)
-			return 0;
+		if (rc == ETIMEDOUT && p->todo.head == NULL) {
+			if (!p->keep)
+				return 0;
+			until.tv_sec += IDLE_SECONDS;
+		}
 	}
 	return p->todo.head != NULL;
 }
@@ -222,6 +226,21 @@ start_thread(struct work_pool *p)
 	if (rc == 0)
 		p->nthreads++;
 	return rc;
+}
+
+int
+work_pool_keep_one(struct work_pool *p, struct error *err)
+{
+	int rc;
+
+	pthread_mutex_lock(&p->lock);
+	p->keep = 1;
+	rc = p->nthreads == 0 ? start_thread(p) : 0;
+	pthread_mutex_unlock(&p->lock);
+	if (rc != 0)
+		error_set(err, 503, "cannot start a worker thread: %s",
+		    strerror(rc));
+	return rc != 0 ? -1 : 0;
 }
 
 int

@@ -23,6 +23,10 @@ struct work_pool;
  * starts before the first job. */
 struct work_pool *work_pool_new(struct event_base *base, unsigned max_threads,
     struct error *err);
+/* Starts a thread now and lets none idle out: with max_threads 1, a
+ * submit then never needs a new thread and never fails (work_queue.c).
+ * -1 with err when the thread cannot start. */
+int work_pool_keep_one(struct work_pool *p, struct error *err);
 /* run(arg) on a worker, then done(arg) on the loop. -1 with err (503)
  * when the job would need a new thread and none can be started (the
  * sandbox is at its limit of processes): the job is not queued. */

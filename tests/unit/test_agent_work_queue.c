@@ -6,7 +6,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <event2/event.h>
@@ -54,6 +56,34 @@ order_done(void *arg)
 		event_base_loopbreak(j->o->base);
 }
 
+/* Threads of this process (the loop's and the workers). */
+static int
+threads(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof line, f) != NULL &&
+	    sscanf(line, "Threads: %d", &n) != 1)
+		;
+	fclose(f);
+	return n;
+}
+
+/* NJOBS jobs through q, the loop run until every one finished. */
+static void
+run_all(struct work_queue *q, struct order *o, struct job *jobs)
+{
+	for (int i = 0; i < NJOBS; i++) {
+		jobs[i] = (struct job){ o, i };
+		work_queue_submit(q, order_run, order_done, &jobs[i]);
+	}
+	event_base_dispatch(o->base);
+	assert_int_equal(o->nfinished, NJOBS);
+}
+
 static void
 test_jobs_run_in_order_and_finish_on_the_loop(void **state)
 {
@@ -65,12 +95,13 @@ test_jobs_run_in_order_and_finish_on_the_loop(void **state)
 	o.base = event_base_new();
 	q = work_queue_new(o.base);
 	assert_non_null(q);
-	for (int i = 0; i < NJOBS; i++) {
-		jobs[i] = (struct job){ &o, i };
-		work_queue_submit(q, order_run, order_done, &jobs[i]);
-	}
-	event_base_dispatch(o.base);
-	assert_int_equal(o.nfinished, NJOBS);
+	/* The thread starts with the queue and outlives a pool's idle time
+	 * (5 s): a submit never has to start one, which could fail at the
+	 * sandbox's limit of processes. */
+	assert_int_equal(threads(), 2);
+	sleep(6);
+	assert_int_equal(threads(), 2);
+	run_all(q, &o, jobs);
 	for (int i = 0; i < NJOBS; i++) {
 		assert_int_equal(o.ran[i], i);
 		assert_int_equal(o.finished[i], i);
@@ -78,6 +109,7 @@ test_jobs_run_in_order_and_finish_on_the_loop(void **state)
 	assert_int_equal(o.ran_on_loop, 0);
 	assert_int_equal(o.done_off_loop, 0);
 	work_queue_free(q);
+	assert_int_equal(threads(), 1);
 	event_base_free(o.base);
 }
 
