@@ -174,6 +174,7 @@ def docker_api(method, path, body=None, timeout=600):
     """One Engine API call over Docker's unix socket (a keep-alive
     connection per thread): (status, bytes)."""
     conn = getattr(_docker_local, "conn", None)
+    reused = conn is not None
     if conn is None:
         conn = http.client.HTTPConnection("localhost", timeout=timeout)
         sock = socket.socket(socket.AF_UNIX)
@@ -187,6 +188,14 @@ def docker_api(method, path, body=None, timeout=600):
                      if data is not None else {})
         r = conn.getresponse()
         return r.status, r.read()
+    except (BrokenPipeError, ConnectionResetError,
+            http.client.RemoteDisconnected):
+        # dockerd closes a connection idle for a while: a kept one that
+        # fails before any answer is tried again once on a new one.
+        _docker_local.conn = None
+        if not reused:
+            raise
+        return docker_api(method, path, body, timeout)
     except (OSError, http.client.HTTPException):
         _docker_local.conn = None
         raise
@@ -427,6 +436,9 @@ def run(a):
                     ok = False
             elif out["shutdown_s"] > 30:
                 ok = False
+    except BaseException:
+        ok = False      # the work directory (sandboxd's log) is kept
+        raise
     finally:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
