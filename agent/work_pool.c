@@ -93,13 +93,11 @@ wait_for_work(struct work_pool *p)
 		int rc;
 
 		p->nidle++;
-		rc = pthread_cond_timedwait(&p->wake, &p->lock, &until);
+		rc = p->keep ? pthread_cond_wait(&p->wake, &p->lock) :
+		    pthread_cond_timedwait(&p->wake, &p->lock, &until);
 		p->nidle--;
-		if (rc == ETIMEDOUT && p->todo.head == NULL) {
-			if (!p->keep)
-				return 0;
-			until.tv_sec += IDLE_SECONDS;
-		}
+		if (rc == ETIMEDOUT && p->todo.head == NULL)
+			return 0;
 	}
 	return p->todo.head != NULL;
 }

@@ -611,17 +611,16 @@ rpc_lookup_first(struct http_request *req, const struct rpc_method *m,
     json_t *args)
 {
 	const char *id = json_string_value(json_object_get(args, "identity"));
-	const char *session = json_string_value(json_object_get(args,
-	    "session_ctx_id"));
+	/* A method about a session (its first parameter) reads the
+	 * session's bindings: Redis has every instance's at once. */
+	const char *session = m->positional[0] != NULL &&
+	    strcmp(m->positional[0], "session_ctx_id") == 0 ?
+	    json_string_value(json_object_get(args, "session_ctx_id")) : NULL;
 	struct rpc_lookup *l;
 	int rc;
 
-	if (!shared_enabled())
-		return 0;
-	/* A session's mapping: Redis has every instance's binding at once. */
-	if (m->handler == rpc_get_session_mapping && session != NULL)
-		id = NULL;
-	else if (id == NULL || sandbox_find(id) != NULL)
+	if (!shared_enabled() || (id == NULL && session == NULL) ||
+	    (id != NULL && sandbox_find(id) != NULL))
 		return 0;
 	l = xcalloc(1, sizeof *l);
 	l->req = req;

@@ -255,15 +255,15 @@ def test_pool_waits_for_redis_at_start(start_sandboxd, redis):
     """Ready before its Redis connection is: the pool's first creates wait
     for the connection instead of failing on it (CI once saw a pool that,
     failed so, stayed empty)."""
-    relay = SlowStart(redis.port, 1.5)
+    slow = SlowStart(redis.port, 1.5)
     try:
         a = start_sandboxd(env=redis_env(redis, "rda-", POOL_SIZE=1,
-                                         REDIS_PORT=relay.port))
+                                         REDIS_PORT=slow.port))
         wait_until(lambda: a.metrics()['sandboxd_pool_ready{type="minimal"}']
                    == 1, 30, what="the pool warm", logs=[a])
         assert "unreachable" not in a.read_log()
     finally:
-        relay.close()
+        slow.close()
 
 
 def test_instance_limit_counts_every_instance(pair, redis):
