@@ -102,29 +102,20 @@ sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A session on the display, waiting a while for one that does not
  * answer (and telling the desktop, which restarts it). */
 static int
 begin(struct agent *agent, struct computer_call *c, struct error *err)
 {
 	struct desktop *d = agent->desktop;
-	int64_t deadline = now_ms() + DISPLAY_WAIT_MS;
+	int64_t deadline = vnc_now_ms() + DISPLAY_WAIT_MS;
 
 	c->vnc = desktop_vnc(d);
 	for (;;) {
 		if (vnc_begin(c->vnc, err) == 0)
 			return 0;
 		desktop_kick(d);
-		if (now_ms() >= deadline || desktop_stopping(d))
+		if (vnc_now_ms() >= deadline || desktop_stopping(d))
 			return -1;
 		sleep_ms(100);
 	}
@@ -135,7 +126,7 @@ begin(struct agent *agent, struct computer_call *c, struct error *err)
 static int
 move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 {
-	int64_t deadline = now_ms() + POINTER_SETTLE_MS;
+	int64_t deadline = vnc_now_ms() + POINTER_SETTLE_MS;
 	int px, py;
 
 	if (vnc_pointer(c->vnc, x, y, buttons, err) < 0)
@@ -144,7 +135,7 @@ move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 	 * before a query sent after it); this is for a server that is not
 	 * so quick. */
 	while (vnc_pointer_position(c->vnc, &px, &py, err) == 0 &&
-	    (px != x || py != y) && now_ms() < deadline)
+	    (px != x || py != y) && vnc_now_ms() < deadline)
 		sleep_ms(1);
 	return 0;
 }
