@@ -155,6 +155,9 @@ $(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%
 # A work queue is a work pool of one thread.
 $(BUILD)/unit/test_agent_work_queue: $(BUILD)/agent/work_pool.o
 $(BUILD)/unit-asan/test_agent_work_queue: $(BUILD)/asan/agent/work_pool.o
+# The computer tool's arguments name keys by their keysyms.
+$(BUILD)/unit/test_agent_computer_args: $(BUILD)/agent/computer_keys.o
+$(BUILD)/unit-asan/test_agent_computer_args: $(BUILD)/asan/agent/computer_keys.o
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
@@ -227,7 +230,7 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 # any crash saved as build/fuzz/crash-TARGET-*. `make fuzz-replay`, part of
 # `make test`, runs the same targets over the committed corpus through a
 # plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
-FUZZ_TARGETS := http_server http_head multipart agent_json
+FUZZ_TARGETS := http_server http_head multipart agent_json computer_args
 FUZZ_SECONDS ?= 180
 FUZZ_CC ?= clang
 FUZZ_ARGS ?=

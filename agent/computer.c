@@ -32,8 +32,6 @@
 #include "log.h"
 #include "xmalloc.h"
 
-/* Keys pressed by one "key" action, at most. */
-#define KEY_MAX_KEYS 64
 /* How long a call waits for a display that does not answer. */
 #define DISPLAY_WAIT_MS 10000
 /* How long a moved pointer may take to get there, as X sees it. */
@@ -104,29 +102,20 @@ sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A session on the display, waiting a while for one that does not
  * answer (and telling the desktop, which restarts it). */
 static int
 begin(struct agent *agent, struct computer_call *c, struct error *err)
 {
 	struct desktop *d = agent->desktop;
-	int64_t deadline = now_ms() + DISPLAY_WAIT_MS;
+	int64_t deadline = vnc_now_ms() + DISPLAY_WAIT_MS;
 
 	c->vnc = desktop_vnc(d);
 	for (;;) {
 		if (vnc_begin(c->vnc, err) == 0)
 			return 0;
 		desktop_kick(d);
-		if (now_ms() >= deadline || desktop_stopping(d))
+		if (vnc_now_ms() >= deadline || desktop_stopping(d))
 			return -1;
 		sleep_ms(100);
 	}
@@ -137,7 +126,7 @@ begin(struct agent *agent, struct computer_call *c, struct error *err)
 static int
 move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 {
-	int64_t deadline = now_ms() + POINTER_SETTLE_MS;
+	int64_t deadline = vnc_now_ms() + POINTER_SETTLE_MS;
 	int px, py;
 
 	if (vnc_pointer(c->vnc, x, y, buttons, err) < 0)
@@ -146,7 +135,7 @@ move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 	 * before a query sent after it); this is for a server that is not
 	 * so quick. */
 	while (vnc_pointer_position(c->vnc, &px, &py, err) == 0 &&
-	    (px != x || py != y) && now_ms() < deadline)
+	    (px != x || py != y) && vnc_now_ms() < deadline)
 		sleep_ms(1);
 	return 0;
 }
@@ -196,95 +185,43 @@ drag(struct computer_call *c, struct error *err)
 
 /* ---- actions -------------------------------------------------------------- */
 
-/* "ctrl+shift+t Return": each combination pressed in order and released
- * in reverse. A refusal is returned as the answer; NULL when sent. */
+/* The events of a "key" or "type" action, or the refusal of its text
+ * (msg, freed here) as the answer. NULL when sent. */
+static json_t *
+send_keys(struct computer_call *c, char *msg, const uint32_t *syms,
+    const int *down, size_t n, struct error *err, int *failed)
+{
+	json_t *refusal = NULL;
+
+	if (msg != NULL) {
+		refusal = text_result(1, "%s", msg);
+		free(msg);
+	} else if (vnc_keys(c->vnc, syms, down, n, err) < 0) {
+		*failed = 1;
+	}
+	return refusal;
+}
+
 static json_t *
 key(struct computer_call *c, struct error *err, int *failed)
 {
-	uint32_t syms[2 * KEY_MAX_KEYS];
-	int down[2 * KEY_MAX_KEYS];
-	char *text = xstrndup(c->text, c->text_len), *save = NULL, *combo;
-	json_t *refusal = NULL;
-	size_t n = 0, keys = 0;
+	uint32_t syms[2 * COMPUTER_KEY_MAX_KEYS];
+	int down[2 * COMPUTER_KEY_MAX_KEYS];
+	size_t n = 0;
+	char *msg = computer_key_events(c, syms, down, &n);
 
-	for (combo = strtok_r(text, " \t\n", &save); combo != NULL &&
-	    refusal == NULL; combo = strtok_r(NULL, " \t\n", &save)) {
-		uint32_t pressed[KEY_MAX_KEYS];
-		size_t np = 0, start = 0, len = strlen(combo);
-		int shift = 0;
-
-		for (size_t i = 0; i <= len && refusal == NULL; i++) {
-			uint32_t sym;
-
-			if (i < len && combo[i] != '+')
-				continue;
-			combo[i] = '\0';
-			sym = computer_keysym(combo + start);
-			if (sym == 0) {
-				for (char *l = combo + start; *l; l++)
-					if (*l >= 'A' && *l <= 'Z')
-						*l = (char)(*l - 'A' + 'a');
-				refusal = text_result(1, "Invalid key: %s",
-				    combo + start);
-			} else if (keys++ >= KEY_MAX_KEYS) {
-				refusal = text_result(1, "Too many keys for key: "
-				    "the limit is %d", KEY_MAX_KEYS);
-			} else {
-				if (sym == 0xffe1 || sym == 0xffe2)
-					shift = 1;
-				/* With shift held, X types the capital. */
-				pressed[np++] = shift && i == len ?
-				    computer_shifted(sym) : sym;
-			}
-			start = i + 1;
-		}
-		for (size_t i = 0; i < np && refusal == NULL; i++) {
-			syms[n] = pressed[i];
-			down[n++] = 1;
-		}
-		for (size_t i = np; i > 0 && refusal == NULL; i--) {
-			syms[n] = pressed[i - 1];
-			down[n++] = 0;
-		}
-	}
-	free(text);
-	if (refusal == NULL && n == 0)
-		refusal = text_result(1, "Invalid key: ");
-	if (refusal == NULL && vnc_keys(c->vnc, syms, down, n, err) < 0)
-		*failed = 1;
-	return refusal;
+	return send_keys(c, msg, syms, down, n, err, failed);
 }
 
 static json_t *
 type(struct computer_call *c, struct error *err, int *failed)
 {
-	size_t cap = 2 * c->text_len, n = 0, chars = 0, at = 0;
-	uint32_t *syms = xcalloc(cap, sizeof *syms), cp;
-	int *down = xcalloc(cap, sizeof *down);
-	json_t *refusal = NULL;
-	size_t used;
+	uint32_t *syms = xcalloc(2 * c->text_len, sizeof *syms);
+	int *down = xcalloc(2 * c->text_len, sizeof *down);
+	size_t n = 0;
+	char *msg = computer_type_events(c, syms, down, &n);
+	json_t *refusal = send_keys(c, msg, syms, down, n, err, failed);
 
-	while ((used = computer_utf8_next(c->text + at, c->text_len - at,
-	    &cp)) > 0) {
-		uint32_t sym = computer_char_keysym(cp);
-
-		at += used;
-		chars++;
-		if (cp == '\r' && at < c->text_len && c->text[at] == '\n')
-			continue;	/* CR LF is one Return */
-		if (sym == 0) {
-			refusal = text_result(1, "Cannot type U+%04X (character "
-			    "%zu of the text): no key types that control "
-			    "character", (unsigned)cp, chars);
-			break;
-		}
-		syms[n] = sym;
-		down[n++] = 1;
-		syms[n] = sym;
-		down[n++] = 0;
-	}
-	if (refusal == NULL && vnc_keys(c->vnc, syms, down, n, err) < 0)
-		*failed = 1;
 	free(syms);
 	free(down);
 	return refusal;

@@ -42,6 +42,17 @@ char *computer_args_refusal(const struct computer_call *c);
  * clicks; else the refusal (caller frees). */
 char *computer_scroll(const struct computer_call *c, int *button,
     int *clicks);
+/* Keys pressed by one "key" action, at most. */
+#define COMPUTER_KEY_MAX_KEYS 64
+/* A "key" text ("ctrl+shift+t Return"): each combination pressed in
+ * order and released in reverse, as n events in syms and down (room for
+ * 2 * COMPUTER_KEY_MAX_KEYS); else the refusal (caller frees). */
+char *computer_key_events(const struct computer_call *c, uint32_t *syms,
+    int *down, size_t *n);
+/* A "type" text as n events in syms and down (room for 2 * text_len),
+ * a press and a release a character; else the refusal (caller frees). */
+char *computer_type_events(const struct computer_call *c, uint32_t *syms,
+    int *down, size_t *n);
 
 /* computer_keys.c */
 /* The keysym of a key name ("Return", "ctrl", "F5", "é"); 0 if none. */

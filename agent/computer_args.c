@@ -233,9 +233,13 @@ computer_scroll(const struct computer_call *c, int *button, int *clicks)
 		char *end;
 
 		amount = strtol(s, &end, 10);
-		if (end == s || *end != '\0' || amount <= 0 ||
+		if (end == s || end != c->text + c->text_len || amount <= 0 ||
 		    s[0] == '-' || s[0] == '+' || s[0] == ' ')
 			return refusal("Invalid scroll amount: %s", s);
+		/* strtol gives LONG_MAX for more: bound it before the
+		 * rounding below adds to it. */
+		if (amount > SCROLL_MAX_CLICKS * SCROLL_PIXELS_PER_CLICK)
+			amount = SCROLL_MAX_CLICKS * SCROLL_PIXELS_PER_CLICK;
 	}
 	for (int i = 0; i < 4; i++)
 		if (strlen(dirs[i]) == dlen &&
@@ -244,10 +248,90 @@ computer_scroll(const struct computer_call *c, int *button, int *clicks)
 			*button = 1 << (3 + i);
 			*clicks = (int)((amount + SCROLL_PIXELS_PER_CLICK - 1) /
 			    SCROLL_PIXELS_PER_CLICK);
-			if (*clicks > SCROLL_MAX_CLICKS)
-				*clicks = SCROLL_MAX_CLICKS;
 			return NULL;
 		}
 	return refusal("Invalid scroll direction: %.*s. Use \"up\", "
 	    "\"down\", \"left\", or \"right\"", (int)dlen, c->text);
+}
+
+char *
+computer_key_events(const struct computer_call *c, uint32_t *syms,
+    int *down, size_t *n)
+{
+	char *text = xstrndup(c->text, c->text_len), *save = NULL, *combo;
+	char *msg = NULL;
+	size_t keys = 0;
+
+	*n = 0;
+	for (combo = strtok_r(text, " \t\n", &save); combo != NULL &&
+	    msg == NULL; combo = strtok_r(NULL, " \t\n", &save)) {
+		uint32_t pressed[COMPUTER_KEY_MAX_KEYS];
+		size_t np = 0, start = 0, len = strlen(combo);
+		int shift = 0;
+
+		for (size_t i = 0; i <= len && msg == NULL; i++) {
+			uint32_t sym;
+
+			if (i < len && combo[i] != '+')
+				continue;
+			combo[i] = '\0';
+			sym = computer_keysym(combo + start);
+			if (sym == 0) {
+				for (char *l = combo + start; *l; l++)
+					if (*l >= 'A' && *l <= 'Z')
+						*l = (char)(*l - 'A' + 'a');
+				msg = refusal("Invalid key: %s", combo + start);
+			} else if (keys++ >= COMPUTER_KEY_MAX_KEYS) {
+				msg = refusal("Too many keys for key: the limit "
+				    "is %d", COMPUTER_KEY_MAX_KEYS);
+			} else {
+				if (sym == 0xffe1 || sym == 0xffe2)
+					shift = 1;
+				/* With shift held, X types the capital. */
+				pressed[np++] = shift && i == len ?
+				    computer_shifted(sym) : sym;
+			}
+			start = i + 1;
+		}
+		for (size_t i = 0; i < np && msg == NULL; i++) {
+			syms[*n] = pressed[i];
+			down[(*n)++] = 1;
+		}
+		for (size_t i = np; i > 0 && msg == NULL; i--) {
+			syms[*n] = pressed[i - 1];
+			down[(*n)++] = 0;
+		}
+	}
+	free(text);
+	if (msg == NULL && *n == 0)
+		msg = refusal("Invalid key: ");
+	return msg;
+}
+
+char *
+computer_type_events(const struct computer_call *c, uint32_t *syms,
+    int *down, size_t *n)
+{
+	size_t chars = 0, at = 0, used;
+	uint32_t cp;
+
+	*n = 0;
+	while ((used = computer_utf8_next(c->text + at, c->text_len - at,
+	    &cp)) > 0) {
+		uint32_t sym = computer_char_keysym(cp);
+
+		at += used;
+		chars++;
+		if (cp == '\r' && at < c->text_len && c->text[at] == '\n')
+			continue;	/* CR LF is one Return */
+		if (sym == 0)
+			return refusal("Cannot type U+%04X (character %zu of "
+			    "the text): no key types that control character",
+			    (unsigned)cp, chars);
+		syms[*n] = sym;
+		down[(*n)++] = 1;
+		syms[*n] = sym;
+		down[(*n)++] = 0;
+	}
+	return NULL;
 }

@@ -15,15 +15,23 @@
  * Each program is its own process group under the commands' seccomp
  * filter, as its user; its output goes to our log, rate limited (the
  * user can make it say anything).
+ *
+ * The VNC helper (vnc.h) is supervised the same way, as the server's
+ * user, from the start (the probe speaks to the display through it): a
+ * helper that exits is started again after the back-off, one the agent
+ * gave up on (vnc_helper_lost) is killed at the next kick. A probe that
+ * fails for want of a helper (502) says nothing about the server.
  */
 #include "desktop_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,7 +75,20 @@ is_server(const struct desktop_program *p)
 	return p == &p->d->programs[0];
 }
 
+static int
+is_helper(const struct desktop_program *p)
+{
+	return p == &p->d->helper;
+}
+
 static void start_program(struct desktop_program *p);
+
+/* The programs, then the helper: i from 0 to nprograms. */
+static struct desktop_program *
+program_at(struct desktop *d, size_t i)
+{
+	return i < d->nprograms ? &d->programs[i] : &d->helper;
+}
 
 /* ---- output ------------------------------------------------------------ */
 
@@ -110,13 +131,12 @@ schedule_probe(struct desktop *d, int ms)
 	evtimer_add(d->probe_timer, &tv);
 }
 
-/* On the probe worker: a VNC session made as the user. */
+/* On the probe worker: a VNC session made, by the helper. */
 static void
 probe_run(void *arg)
 {
 	struct desktop *d = arg;
 
-	run_as_files(d->agent);
 	d->probe_ok = vnc_reconnect(d->vnc, &d->probe_err) == 0;
 }
 
@@ -149,6 +169,14 @@ probe_done(void *arg)
 	if (d->probe_ok) {
 		if (!d->ready)
 			display_ready(d);
+		return;
+	}
+	if (d->probe_err.status == 502) {
+		/* No helper to ask: the server is not to blame. One given
+		 * up is ended here; its exit starts the next. */
+		if (d->helper.sp != NULL && vnc_helper_lost(d->vnc))
+			spawn_kill(d->helper.sp, SIGKILL);
+		schedule_probe(d, DESKTOP_PROBE_MS);
 		return;
 	}
 	if (d->ready) {
@@ -232,6 +260,9 @@ exit_cb(struct spawn *sp, int status, void *arg)
 		d->ready = 0;
 		log_warn("desktop: %s (the display server) %s; restarting it",
 		    p->name, how);
+	} else if (is_helper(p)) {
+		log_warn("desktop: %s (the display's VNC client) %s; "
+		    "restarting it", p->name, how);
 	} else {
 		log_warn("desktop: %s %s; restarting it", p->name, how);
 	}
@@ -246,7 +277,7 @@ restart_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	/* A client waits for its display; display_ready starts it. */
-	if (is_server(p) || p->d->ready)
+	if (is_server(p) || is_helper(p) || p->d->ready)
 		start_program(p);
 }
 
@@ -258,6 +289,7 @@ start_program(struct desktop_program *p)
 	struct spawn_options o;
 	struct spawn_callbacks cb = { 0 };
 	struct error err = { 0 };
+	int pair[2] = { -1, -1 };
 
 	confine_spawn_options(agent, &o);
 	/* The program's own environment (program_env: child_env with its
@@ -275,7 +307,28 @@ start_program(struct desktop_program *p)
 	p->started = now();
 	p->generation++;
 	p->linelen = 0;
-	p->sp = spawn_start(agent->base, &o, &cb, p, &err);
+	if (is_helper(p)) {
+		/* Its channel to us as its VNC_WIRE_FD; the binary is the
+		 * one we run (opened at start: the path may have changed). */
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+		    pair) < 0) {
+			error_set_errno(&err, 503, errno, "socketpair");
+		} else {
+			o.pass_fds = &pair[1];
+			o.npass_fds = 1;
+			o.use_exec_fd = 1;
+			o.exec_fd = d->self_fd;
+		}
+	}
+	p->sp = err.status == 0 ? spawn_start(agent->base, &o, &cb, p, &err) :
+	    NULL;
+	if (pair[0] >= 0) {
+		close(pair[1]);
+		if (p->sp != NULL)
+			vnc_attach(d->vnc, pair[0]);
+		else
+			close(pair[0]);
+	}
 	if (p->sp == NULL) {
 		log_error("desktop: cannot start %s: %s", p->name, err.msg);
 		schedule_restart(p);
@@ -331,6 +384,12 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
 		log_warn("desktop: eventfd read: %s", strerror(errno));
 	if (atomic_load(&d->stopping))
 		return;
+	if (d->helper.sp == NULL && evtimer_pending(d->helper.timer, NULL)) {
+		evtimer_del(d->helper.timer);
+		start_program(&d->helper);
+	} else if (d->helper.sp != NULL && vnc_helper_lost(d->vnc)) {
+		spawn_kill(d->helper.sp, SIGKILL);
+	}
 	if (server->sp == NULL) {
 		if (evtimer_pending(server->timer, NULL)) {
 			evtimer_del(server->timer);
@@ -354,6 +413,33 @@ desktop_kick(struct desktop *d)
 
 /* ---- the module ---------------------------------------------------------- */
 
+/* The helper as a program: our binary with --vnc-helper, as the server's
+ * user (never root), its log level ours. */
+static void
+helper_setup(struct agent *agent, struct desktop *d)
+{
+	struct desktop_program *h = &d->helper, *server = &d->programs[0];
+	struct log_rate rate = LOG_RATE_INIT(10, 20);
+	const char *argv[] = { "sandbox-agent", "--vnc-helper", d->vnc_socket,
+	    d->display, agent->cfg.log_level != NULL ? agent->cfg.log_level :
+	    "info", NULL };
+
+	h->d = d;
+	h->rate = rate;
+	h->name = xstrdup("vnc-helper");
+	h->argv = xcalloc(sizeof argv / sizeof argv[0], sizeof *h->argv);
+	for (size_t i = 0; argv[i] != NULL; i++)
+		h->argv[i] = xstrdup(argv[i]);
+	h->uid = server->uid;
+	h->gid = server->gid;
+	h->set_ids = server->set_ids;
+	d->self_fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	if (d->self_fd < 0)
+		log_error("desktop: cannot open our own binary (%s): the "
+		    "computer tool will not reach the display",
+		    strerror(errno));
+}
+
 int
 desktop_setup(struct agent *agent, const char *path, struct error *err)
 {
@@ -364,6 +450,7 @@ desktop_setup(struct agent *agent, const char *path, struct error *err)
 	d = xcalloc(1, sizeof *d);
 	d->agent = agent;
 	d->kick_fd = -1;
+	d->self_fd = -1;
 	agent->desktop = d;
 	if (desktop_config_load(agent, d, path, err) < 0)
 		return -1;
@@ -375,7 +462,8 @@ desktop_setup(struct agent *agent, const char *path, struct error *err)
 	}
 	/* Commands and the IPython kernel draw on it. */
 	setenv("DISPLAY", d->display, 1);
-	d->vnc = vnc_new(d->vnc_socket, d->display);
+	d->vnc = vnc_new();
+	helper_setup(agent, d);
 	return 0;
 }
 
@@ -394,14 +482,15 @@ desktop_start(struct agent *agent)
 	    kick_cb, d);
 	event_add(d->kick_ev, NULL);
 	d->probe_timer = evtimer_new(agent->base, probe_timer_cb, d);
-	for (size_t i = 0; i < d->nprograms; i++) {
-		struct desktop_program *p = &d->programs[i];
+	for (size_t i = 0; i <= d->nprograms; i++) {
+		struct desktop_program *p = program_at(d, i);
 
 		p->envp = program_env(agent, p);
 		p->timer = evtimer_new(agent->base, restart_cb, p);
 	}
 	log_info("desktop: display %s, VNC on %s, %zu programs", d->display,
 	    d->vnc_socket, d->nprograms);
+	start_program(&d->helper);
 	start_program(&d->programs[0]);
 }
 
@@ -415,8 +504,8 @@ desktop_shutdown(struct agent *agent)
 	atomic_store(&d->stopping, 1);
 	if (d->probe_timer != NULL)
 		evtimer_del(d->probe_timer);
-	for (size_t i = 0; i < d->nprograms; i++) {
-		struct desktop_program *p = &d->programs[i];
+	for (size_t i = 0; i <= d->nprograms; i++) {
+		struct desktop_program *p = program_at(d, i);
 
 		if (p->timer != NULL)
 			evtimer_del(p->timer);
@@ -443,8 +532,8 @@ desktop_free(struct agent *agent)
 	atomic_store(&d->stopping, 1);
 	if (d->probes != NULL)
 		work_queue_free(d->probes);
-	for (size_t i = 0; i < d->nprograms; i++) {
-		struct desktop_program *p = &d->programs[i];
+	for (size_t i = 0; i <= d->nprograms; i++) {
+		struct desktop_program *p = program_at(d, i);
 
 		spawn_free(p->sp);
 		if (p->timer != NULL)
@@ -460,6 +549,8 @@ desktop_free(struct agent *agent)
 		event_free(d->kick_ev);
 	if (d->kick_fd >= 0)
 		close(d->kick_fd);
+	if (d->self_fd >= 0)
+		close(d->self_fd);
 	vnc_free(d->vnc);
 	free(d->programs);
 	free(d->display);

@@ -47,6 +47,10 @@ struct desktop {
 	struct desktop_program *programs;	/* [0] is the server */
 	size_t nprograms;
 	struct vnc *vnc;
+	/* The display's VNC client, out of PID 1 (vnc_helper.c): our own
+	 * binary, as the server's user, supervised as the programs are. */
+	struct desktop_program helper;
+	int self_fd;			/* our binary, which the helper runs */
 	struct work_queue *probes;	/* connects to the display, as the user */
 	struct event *probe_timer;
 	int probing;			/* a probe is out */

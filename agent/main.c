@@ -23,6 +23,7 @@
 #include "log.h"
 #include "spawn.h"
 #include "toolset.h"
+#include "vnc.h"
 #include "work_pool.h"
 #include "xmalloc.h"
 
@@ -493,6 +494,10 @@ main(int argc, char **argv)
 	struct event *sigterm, *sigint;
 	int rc;
 
+	/* The desktop's VNC helper (vnc_helper.c): the agent's binary, run
+	 * by the agent as the desktop's user; nothing of the agent's own. */
+	if (argc > 1 && strcmp(argv[1], "--vnc-helper") == 0)
+		return vnc_helper_main(argc, argv);
 	/* Undumpable, before anything secret is in memory: no process of
 	 * the same user (root, when there is no --run-as) may then read our
 	 * environment or memory, or take our descriptors (pidfd_getfd), as

@@ -1,311 +1,55 @@
 /*
- * The VNC side of the display connection (see vnc.h), on libvncclient.
- *
- * libvncclient answers every framebuffer update with a request for the
- * next incremental one, so once connected the server sends each change of
- * the screen, and our copy of it follows; the changes wait in the socket
- * until a session reads them. A screenshot then needs no 4 MiB transfer:
- * it asks for one pixel non-incrementally, which the server answers at
- * once with that pixel and every change still pending, and reads until
- * the update holding that pixel is in. (Only one that was on its way
- * before the request can hold the pixel too, when it changed; that copy
- * is older by the time the update took to arrive.)
+ * The agent's side of the display connection (see vnc.h): requests to the
+ * VNC helper over its channel, and its replies checked. The helper is the
+ * user's process, so a reply is read with a deadline (longer than any
+ * wait of the helper's own, so only a stuck or hostile helper misses it),
+ * its status, sizes and lengths must be ones the helper may answer, and
+ * its message is printable text; a helper that breaks any of these is
+ * given up: its channel closed, and its process ended by the desktop
+ * (vnc_helper_lost), which starts another.
  */
 #include "vnc.h"
+#include "vnc_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/select.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <rfb/rfbclient.h>
 
 #include "log.h"
 #include "xmalloc.h"
 
-/* libvncclient's timeout of one read (seconds), ours of a wait for room
- * to write and of a whole capture (milliseconds). */
-#define VNC_READ_TIMEOUT 5
-#define VNC_WRITE_TIMEOUT_MS 5000
-#define VNC_CAPTURE_TIMEOUT_MS 10000
-/* Events written between two waits for room: with POLLOUT a unix socket
- * has at least 3/4 of its buffer free, far more than this takes. */
-#define VNC_EVENTS_PER_WAIT 1024
+/* The helper's slowest request is a connect to a slow server (reads of
+ * 5 s each) or a capture (10 s), then up to 64 MiB of pixels. */
+#define VNC_REPLY_TIMEOUT_MS 20000
 
 struct vnc {
-	pthread_mutex_t lock;
-	char *path;
-	rfbClient *client;		/* NULL while not connected */
-	unsigned char *fb;		/* client's frame buffer, ours to free */
-	int probed;			/* the update being read has (0, 0) */
-	unsigned probes;		/* updates that had it */
-	struct vnc_x11 *x11;
+	pthread_mutex_t lock;		/* a session */
+	int fd;				/* the helper's channel; -1: none */
+	int width, height;		/* the screen, as of the last reply */
+	/* A new helper's channel until a session takes it: the loop
+	 * thread hands it over without waiting for a session. */
+	pthread_mutex_t handoff;
+	int next_fd;
+	atomic_int lost;		/* given up, its process to be ended */
 };
 
-/* The key under which a client carries its struct vnc. */
-static int client_tag;
-
-/* libvncclient logs through two global pointers; its lines go to our
- * debug log, one a line. */
-static void
-client_log(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-	size_t n;
-
-	if (!log_enabled(LOG_DEBUG))
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	n = strlen(line);
-	while (n > 0 && line[n - 1] == '\n')
-		line[--n] = '\0';
-	log_debug("vnc: %s", line);
-}
-
-static void
-set_logging(void)
-{
-	rfbClientLog = client_log;
-	rfbClientErr = client_log;
-}
-
-static struct vnc *
-owner(rfbClient *c)
-{
-	return rfbClientGetClientData(c, &client_tag);
-}
-
-/* A screen size from the server is believed only within bounds. */
-static rfbBool
-malloc_fb(rfbClient *c)
-{
-	struct vnc *v = owner(c);
-	int w = c->width, h = c->height;
-
-	if (w <= 0 || h <= 0 || w > VNC_MAX_SIDE || h > VNC_MAX_SIDE ||
-	    (int64_t)w * h > VNC_MAX_PIXELS || c->format.bitsPerPixel != 32) {
-		log_warn("vnc: the display's server announced a %dx%d screen "
-		    "at %d bits a pixel; refused", w, h,
-		    c->format.bitsPerPixel);
-		return FALSE;
-	}
-	free(v->fb);
-	v->fb = malloc((size_t)w * (size_t)h * 4);
-	c->frameBuffer = v->fb;
-	return v->fb != NULL;
-}
-
-static void
-got_update(rfbClient *c, int x, int y, int w, int h)
-{
-	if (x == 0 && y == 0 && w > 0 && h > 0)
-		owner(c)->probed = 1;
-}
-
-static void
-finished_update(rfbClient *c)
-{
-	struct vnc *v = owner(c);
-
-	if (v->probed)
-		v->probes++;
-	v->probed = 0;
-}
-
-/* The server is to ask for no password (its socket's permissions guard
- * it); libvncclient's default would read one from our terminal. */
-static char *
-no_password(rfbClient *c)
-{
-	(void)c;
-	return NULL;
-}
-
-static void
-drop(struct vnc *v)
-{
-	if (v->client != NULL) {
-		/* Closes the socket and frees the client, not its buffer. */
-		rfbClientCleanup(v->client);
-		v->client = NULL;
-	}
-	free(v->fb);
-	v->fb = NULL;
-	vnc_x11_close(v->x11);
-}
-
-static int
-open_socket(const char *path, struct error *err)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	int fd, e;
-
-	if (strlen(path) >= sizeof sun.sun_path) {
-		error_set(err, 500, "the VNC socket path %s is too long", path);
-		return -1;
-	}
-	strcpy(sun.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		error_set_errno(err, 503, errno, "socket");
-		return -1;
-	}
-	/* libvncclient waits with select(), which knows descriptors below
-	 * FD_SETSIZE only. */
-	if (fd >= FD_SETSIZE) {
-		close(fd);
-		error_set(err, 503, "too many open descriptors to reach the "
-		    "display");
-		return -1;
-	}
-	if (connect(fd, (struct sockaddr *)&sun, sizeof sun) < 0) {
-		e = errno;
-		close(fd);
-		error_set_errno(err, 503, e, "the display's VNC server does "
-		    "not answer at %s", path);
-		return -1;
-	}
-	/* Non-blocking, so that libvncclient's reads time out. */
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	return fd;
-}
-
-static int
-do_connect(struct vnc *v, struct error *err)
-{
-	rfbClient *c;
-	int fd;
-
-	if ((fd = open_socket(v->path, err)) < 0)
-		return -1;
-	c = rfbGetClient(8, 3, 4);
-	if (c == NULL)
-		fatal("out of memory");
-	rfbClientSetClientData(c, &client_tag, v);
-	/* Already connected: libvncclient only speaks RFB on it. */
-	c->sock = fd;
-	c->listenSpecified = TRUE;
-	c->programName = "sandbox-agent";
-	c->readTimeout = VNC_READ_TIMEOUT;
-	c->MallocFrameBuffer = malloc_fb;
-	c->GotFrameBufferUpdate = got_update;
-	c->FinishedFrameBufferUpdate = finished_update;
-	c->GetPassword = no_password;
-	c->canHandleNewFBSize = TRUE;
-	c->appData.encodingsString = "raw copyrect";
-	c->appData.shareDesktop = TRUE;
-	c->appData.useRemoteCursor = FALSE;	/* the cursor is in the picture */
-	v->probed = 0;
-	/* On failure it closes fd and frees c (not the frame buffer). */
-	if (!rfbInitClient(c, NULL, NULL)) {
-		free(v->fb);
-		v->fb = NULL;
-		error_set(err, 503, "the display's VNC server at %s refused "
-		    "the session", v->path);
-		return -1;
-	}
-	v->client = c;
-	return 0;
-}
-
-/* Milliseconds on the monotonic clock. */
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int
-lost(struct vnc *v, struct error *err, const char *what)
-{
-	error_set(err, 503, "the display's VNC connection failed while %s; "
-	    "it will be made anew", what);
-	drop(v);
-	return -1;
-}
-
-/* Handle server messages until none is waiting (want 0), or until the
- * update answering the want-th probe is in. */
-static int
-pump(struct vnc *v, int timeout_ms, unsigned want, struct error *err)
-{
-	int64_t deadline = now_ms() + timeout_ms;
-
-	for (;;) {
-		struct pollfd pfd = { .fd = v->client->sock, .events = POLLIN };
-		int left = (int)(deadline - now_ms()), n;
-
-		if (want != 0 && v->probes >= want)
-			return 0;
-		if (left < 0)
-			left = 0;
-		if (v->client->buffered == 0) {
-			n = poll(&pfd, 1, left);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0)
-				return lost(v, err, "waiting for it");
-			if (n == 0) {
-				if (want == 0)
-					return 0;
-				error_set(err, 504, "the display did not send its "
-				    "screen within %d ms", timeout_ms);
-				drop(v);
-				return -1;
-			}
-		}
-		if (!HandleRFBServerMessage(v->client))
-			return lost(v, err, "reading from it");
-	}
-}
-
-/* Wait until the socket takes writes again (a server that stops reading
- * would otherwise block libvncclient's write for good). */
-static int
-wait_room(struct vnc *v, struct error *err)
-{
-	struct pollfd pfd = { .fd = v->client->sock, .events = POLLOUT };
-	int n;
-
-	do
-		n = poll(&pfd, 1, VNC_WRITE_TIMEOUT_MS);
-	while (n < 0 && errno == EINTR);
-	if (n == 0) {
-		error_set(err, 504, "the display's VNC server has not read its "
-		    "input for %d ms", VNC_WRITE_TIMEOUT_MS);
-		drop(v);
-		return -1;
-	}
-	if (n < 0 || (pfd.revents & (POLLERR | POLLHUP)) != 0)
-		return lost(v, err, "writing to it");
-	return 0;
-}
-
 struct vnc *
-vnc_new(const char *socket_path, const char *display)
+vnc_new(void)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct vnc *v = xcalloc(1, sizeof *v);
 
-	pthread_once(&once, set_logging);
 	pthread_mutex_init(&v->lock, NULL);
-	v->path = xstrdup(socket_path);
-	v->x11 = vnc_x11_new(display);
+	pthread_mutex_init(&v->handoff, NULL);
+	v->fd = -1;
+	v->next_fd = -1;
 	return v;
 }
 
@@ -314,21 +58,210 @@ vnc_free(struct vnc *v)
 {
 	if (v == NULL)
 		return;
-	drop(v);
-	vnc_x11_free(v->x11);
+	if (v->fd >= 0)
+		close(v->fd);
+	if (v->next_fd >= 0)
+		close(v->next_fd);
+	pthread_mutex_destroy(&v->handoff);
 	pthread_mutex_destroy(&v->lock);
-	free(v->path);
 	free(v);
+}
+
+void
+vnc_attach(struct vnc *v, int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	pthread_mutex_lock(&v->handoff);
+	if (v->next_fd >= 0)
+		close(v->next_fd);
+	v->next_fd = fd;
+	atomic_store(&v->lost, 0);
+	pthread_mutex_unlock(&v->handoff);
+}
+
+int
+vnc_helper_lost(struct vnc *v)
+{
+	return atomic_load(&v->lost);
+}
+
+/* In a session: a newer helper's channel replaces the one in use. */
+static void
+take_handoff(struct vnc *v)
+{
+	pthread_mutex_lock(&v->handoff);
+	if (v->next_fd >= 0) {
+		if (v->fd >= 0)
+			close(v->fd);
+		v->fd = v->next_fd;
+		v->next_fd = -1;
+		v->width = v->height = 0;
+	}
+	pthread_mutex_unlock(&v->handoff);
+}
+
+static int
+give_up(struct vnc *v, struct error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+give_up(struct vnc *v, struct error *err, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	log_warn("vnc: the VNC helper %s; it is ended and started anew", why);
+	error_set(err, 502, "the display's VNC helper %s; the agent is "
+	    "restarting it", why);
+	close(v->fd);
+	v->fd = -1;
+	atomic_store(&v->lost, 1);
+	return -1;
+}
+
+/* All of buf to (writing) or from the channel by deadline: 0, else -1
+ * with errno (ETIMEDOUT; 0 for the end of the stream). */
+static int
+transfer(int fd, int writing, void *buf, size_t len, int64_t deadline)
+{
+	size_t at = 0;
+
+	while (at < len) {
+		struct pollfd pfd = { fd, writing ? POLLOUT : POLLIN, 0 };
+		int64_t left = deadline - vnc_now_ms();
+		ssize_t n;
+
+		n = writing ? write(fd, (char *)buf + at, len - at) :
+		    read(fd, (char *)buf + at, len - at);
+		if (n > 0) {
+			at += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			errno = 0;
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -1;
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+screen_ok(const struct vnc_wire_reply *rp)
+{
+	return rp->width > 0 && rp->height > 0 && rp->width <= VNC_MAX_SIDE &&
+	    rp->height <= VNC_MAX_SIDE &&
+	    (int64_t)rp->width * rp->height <= VNC_MAX_PIXELS;
+}
+
+/* The helper's failure: its message, bytes outside printable ASCII
+ * replaced, as err. */
+static int
+failure(struct vnc *v, const struct vnc_wire_reply *rp, int64_t deadline,
+    struct error *err)
+{
+	char msg[VNC_WIRE_MSG_MAX + 1];
+
+	if (rp->status != 500 && rp->status != 503 && rp->status != 504)
+		return give_up(v, err, "answered status %d", rp->status);
+	if (rp->len > VNC_WIRE_MSG_MAX)
+		return give_up(v, err, "answered a message of %u bytes",
+		    rp->len);
+	if (transfer(v->fd, 0, msg, rp->len, deadline) < 0)
+		return give_up(v, err, "did not send its message (%s)",
+		    errno != 0 ? strerror(errno) : "closed");
+	for (uint32_t i = 0; i < rp->len; i++)
+		if (msg[i] < 0x20 || msg[i] > 0x7e)
+			msg[i] = '?';
+	msg[rp->len] = '\0';
+	error_set(err, rp->status, "%s", msg);
+	return -1;
+}
+
+/*
+ * One request and its reply, checked. A capture's pixels are read into
+ * *pixels (caller frees). -1 with err: the helper's failure as it said,
+ * or 502 when there is no helper or it was given up.
+ */
+static int
+call(struct vnc *v, const struct vnc_wire_request *rq,
+    const struct vnc_wire_key *keys, struct vnc_wire_reply *rp,
+    unsigned char **pixels, struct error *err)
+{
+	int64_t deadline = vnc_now_ms() + VNC_REPLY_TIMEOUT_MS;
+	int screen = rq->op != VNC_WIRE_POINTER && rq->op != VNC_WIRE_KEYS &&
+	    rq->op != VNC_WIRE_POSITION;
+	size_t want;
+
+	if (v->fd < 0) {
+		error_set(err, 502, "the display's VNC helper is not running; "
+		    "the agent is starting it");
+		return -1;
+	}
+	if (transfer(v->fd, 1, (void *)rq, sizeof *rq, deadline) < 0 ||
+	    transfer(v->fd, 1, (void *)keys, rq->nkeys * sizeof *keys,
+	    deadline) < 0 ||
+	    transfer(v->fd, 0, rp, sizeof *rp, deadline) < 0)
+		return give_up(v, err, "did not answer (%s)", errno != 0 ?
+		    strerror(errno) : "its channel closed");
+	if (rp->status != 0)
+		return failure(v, rp, deadline, err);
+	if (screen && !screen_ok(rp))
+		return give_up(v, err, "answered a %dx%d screen", rp->width,
+		    rp->height);
+	/* X's coordinates are 16 bits; callers compute with these. */
+	if (rq->op == VNC_WIRE_POSITION && (rp->x < INT16_MIN ||
+	    rp->x > INT16_MAX || rp->y < INT16_MIN || rp->y > INT16_MAX))
+		return give_up(v, err, "answered the pointer at (%d, %d)",
+		    rp->x, rp->y);
+	want = rq->op == VNC_WIRE_CAPTURE ?
+	    (size_t)rp->width * (size_t)rp->height * 4 : 0;
+	if (rp->len != want)
+		return give_up(v, err, "answered %u bytes where %zu were due",
+		    rp->len, want);
+	if (screen) {
+		v->width = rp->width;
+		v->height = rp->height;
+	}
+	if (want == 0)
+		return 0;
+	*pixels = xmalloc(want);
+	if (transfer(v->fd, 0, *pixels, want, deadline) < 0) {
+		free(*pixels);
+		*pixels = NULL;
+		return give_up(v, err, "did not send the screen (%s)",
+		    errno != 0 ? strerror(errno) : "its channel closed");
+	}
+	return 0;
+}
+
+static int
+simple(struct vnc *v, uint32_t op, struct error *err)
+{
+	struct vnc_wire_request rq = { .op = op };
+	struct vnc_wire_reply rp;
+
+	return call(v, &rq, NULL, &rp, NULL, err);
 }
 
 int
 vnc_begin(struct vnc *v, struct error *err)
 {
 	pthread_mutex_lock(&v->lock);
-	/* What the server sent meanwhile (updates, or the end of it). */
-	if (v->client != NULL && pump(v, 0, 0, err) < 0)
-		log_debug("vnc: %s", err->msg);
-	if (v->client == NULL && do_connect(v, err) < 0) {
+	take_handoff(v);
+	if (simple(v, VNC_WIRE_BEGIN, err) < 0) {
 		pthread_mutex_unlock(&v->lock);
 		return -1;
 	}
@@ -347,8 +280,8 @@ vnc_reconnect(struct vnc *v, struct error *err)
 	int rc;
 
 	pthread_mutex_lock(&v->lock);
-	drop(v);
-	rc = do_connect(v, err);
+	take_handoff(v);
+	rc = simple(v, VNC_WIRE_RECONNECT, err);
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -356,29 +289,37 @@ vnc_reconnect(struct vnc *v, struct error *err)
 void
 vnc_size(struct vnc *v, int *width, int *height)
 {
-	*width = v->client->width;
-	*height = v->client->height;
+	*width = v->width;
+	*height = v->height;
 }
 
 int
 vnc_pointer(struct vnc *v, int x, int y, int buttons, struct error *err)
 {
-	if (wait_room(v, err) < 0)
-		return -1;
-	if (!SendPointerEvent(v->client, x, y, buttons))
-		return lost(v, err, "sending a pointer event");
-	return 0;
+	struct vnc_wire_request rq = { .op = VNC_WIRE_POINTER, .x = x, .y = y,
+	    .buttons = buttons };
+	struct vnc_wire_reply rp;
+
+	return call(v, &rq, NULL, &rp, NULL, err);
 }
 
 int
 vnc_keys(struct vnc *v, const uint32_t *keysyms, const int *down, size_t n,
     struct error *err)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (i % VNC_EVENTS_PER_WAIT == 0 && wait_room(v, err) < 0)
+	struct vnc_wire_key k[VNC_WIRE_KEYS_MAX];
+	struct vnc_wire_request rq = { .op = VNC_WIRE_KEYS };
+	struct vnc_wire_reply rp;
+
+	for (size_t at = 0; at < n; at += rq.nkeys) {
+		rq.nkeys = n - at < VNC_WIRE_KEYS_MAX ? (uint32_t)(n - at) :
+		    VNC_WIRE_KEYS_MAX;
+		for (uint32_t i = 0; i < rq.nkeys; i++) {
+			k[i].keysym = keysyms[at + i];
+			k[i].down = down[at + i] != 0;
+		}
+		if (call(v, &rq, k, &rp, NULL, err) < 0)
 			return -1;
-		if (!SendKeyEvent(v->client, keysyms[i], down[i] ? TRUE : FALSE))
-			return lost(v, err, "sending a key event");
 	}
 	return 0;
 }
@@ -386,30 +327,26 @@ vnc_keys(struct vnc *v, const uint32_t *keysyms, const int *down, size_t n,
 int
 vnc_capture(struct vnc *v, struct vnc_image *img, struct error *err)
 {
-	rfbClient *c = v->client;
-	size_t size;
+	struct vnc_wire_request rq = { .op = VNC_WIRE_CAPTURE };
+	struct vnc_wire_reply rp;
 
-	if (wait_room(v, err) < 0)
+	img->pixels = NULL;
+	if (call(v, &rq, NULL, &rp, &img->pixels, err) < 0)
 		return -1;
-	if (!SendFramebufferUpdateRequest(c, 0, 0, 1, 1, FALSE))
-		return lost(v, err, "asking for the screen");
-	if (pump(v, VNC_CAPTURE_TIMEOUT_MS, v->probes + 1, err) < 0)
-		return -1;
-	c = v->client;
-	img->width = c->width;
-	img->height = c->height;
-	size = (size_t)c->width * (size_t)c->height * 4;
-	img->pixels = xmalloc(size);
-	memcpy(img->pixels, c->frameBuffer, size);
+	img->width = rp.width;
+	img->height = rp.height;
 	return 0;
 }
 
 int
 vnc_pointer_position(struct vnc *v, int *x, int *y, struct error *err)
 {
-	if (vnc_x11_query_pointer(v->x11, x, y, err) == 0)
-		return 0;
-	/* One server answers both: the VNC side is as likely gone. */
-	drop(v);
-	return -1;
+	struct vnc_wire_request rq = { .op = VNC_WIRE_POSITION };
+	struct vnc_wire_reply rp;
+
+	if (call(v, &rq, NULL, &rp, NULL, err) < 0)
+		return -1;
+	*x = rp.x;
+	*y = rp.y;
+	return 0;
 }

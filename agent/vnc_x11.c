@@ -2,9 +2,9 @@
  * Where the pointer is: VNC does not tell (TigerVNC sends its PointerPos
  * only when a program warps the pointer, not when a VNC client, a viewer
  * in a browser among them, or XTest moves it), so this asks the X server
- * itself, QueryPointer on the root window, over libxcb. Used under the vnc
- * mutex (vnc.c); the connection stays open between queries and is made
- * anew after a failure.
+ * itself, QueryPointer on the root window, over libxcb. Used by the VNC
+ * helper (vnc_helper.c), one request at a time; the connection stays open
+ * between queries and is made anew after a failure.
  *
  * The X server is the user's, like the VNC server. libxcb checks what it
  * reads, but waits without end for whatever a server promised (the setup
@@ -12,10 +12,11 @@
  * exchange has a deadline kept by a guard thread: once it passes, the
  * guard shuts the socket down and libxcb's wait ends in an error. What a
  * hostile server can still do is announce one reply of up to 2 GiB
- * (libxcb's own cap) and fill it before the deadline; the memory is freed
- * with the connection.
+ * (libxcb's own cap) and fill it before the deadline; the memory is the
+ * helper's (the user's own process), freed with the connection.
  */
 #include "vnc.h"
+#include "vnc_helper.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -254,15 +255,6 @@ x11_connect(struct vnc_x11 *x, struct error *err)
 	return 0;
 }
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Events the server sends meanwhile (MappingNotify when the VNC server
  * adds a key to the keymap) are dropped as they come: at most one read's
  * worth is ever queued. */
@@ -281,7 +273,7 @@ wait_reply(struct vnc_x11 *x, xcb_query_pointer_cookie_t ck,
 {
 	struct pollfd pfd = { .fd = xcb_get_file_descriptor(x->conn),
 	    .events = POLLIN };
-	int64_t deadline = now_ms() + X11_TIMEOUT_MS;
+	int64_t deadline = vnc_now_ms() + X11_TIMEOUT_MS;
 
 	for (;;) {
 		int done = xcb_poll_for_reply(x->conn, ck.sequence,
@@ -291,7 +283,7 @@ wait_reply(struct vnc_x11 *x, xcb_query_pointer_cookie_t ck,
 		drop_events(x->conn);
 		if (done)
 			return 0;
-		left = deadline - now_ms();
+		left = deadline - vnc_now_ms();
 		if (left <= 0)
 			return -1;
 		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)

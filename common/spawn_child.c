@@ -47,11 +47,11 @@ report(int errfd, int kind, int value)
 		_exit(127);
 }
 
-/* Put the pass_fds at 3, 4, ... First each of them, and errfd, moves above
- * that range, so that no dup2 into the range can close one still to be
- * moved. */
+/* Put the pass_fds at 3, 4, ... First each of them, errfd and the
+ * descriptor to execute move above that range, so that no dup2 into the
+ * range can close one still to be used. */
 static int
-move_pass_fds(const struct spawn_options *o, int *errfd)
+move_pass_fds(const struct spawn_options *o, int *errfd, int *exec_fd)
 {
 	int high[SPAWN_MAX_PASS_FDS], top = 3 + (int)o->npass_fds, moved;
 
@@ -64,6 +64,9 @@ move_pass_fds(const struct spawn_options *o, int *errfd)
 	if ((moved = fcntl(*errfd, F_DUPFD_CLOEXEC, top)) < 0)
 		return -1;
 	*errfd = moved;
+	if (o->use_exec_fd &&
+	    (*exec_fd = fcntl(*exec_fd, F_DUPFD_CLOEXEC, top)) < 0)
+		return -1;
 	for (size_t i = 0; i < o->npass_fds; i++)
 		if ((high[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, top)) < 0)
 			return -1;
@@ -114,6 +117,7 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
     int own_group)
 {
 	sigset_t none;
+	int exec_fd = o->exec_fd;
 
 	if (own_group)
 		setpgid(0, 0);
@@ -121,7 +125,7 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
 			goto fail;
 	}
-	if (move_pass_fds(o, &errfd) < 0)
+	if (move_pass_fds(o, &errfd, &exec_fd) < 0)
 		goto fail;
 	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
 	 * into commands: "yes | head" needs SIGPIPE to end yes. */
@@ -139,8 +143,7 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
-	close_from(3 + (int)o->npass_fds, errfd,
-	    o->use_exec_fd ? o->exec_fd : -1);
+	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? exec_fd : -1);
 	if (o->seccomp != NULL) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
@@ -148,7 +151,7 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 			goto fail;
 	}
 	if (o->use_exec_fd)
-		syscall(SYS_execveat, o->exec_fd, "", o->argv, o->envp != NULL ?
+		syscall(SYS_execveat, exec_fd, "", o->argv, o->envp != NULL ?
 		    o->envp : (const char *const *)environ, AT_EMPTY_PATH);
 	else if (o->envp != NULL)
 		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);

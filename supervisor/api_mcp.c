@@ -19,8 +19,14 @@
  * (common/mcp_wire.c).
  *
  * Bounds: the body is the server's default limit (that of call_tool);
- * at most MAX_SESSIONS sessions (idle ones past HEARTBEAT_TIMEOUT are
- * dropped to make room) and MAX_CALLS requests waiting per session.
+ * MAX_CALLS requests waiting per session; at most MAX_UNBOUND sessions
+ * that hold no sandbox and are doing nothing (initialize opens them
+ * for nothing: the least recently used makes room for a new one, its
+ * client answered 404 from then on, which the transport has it meet with
+ * a new initialize), so no client can lock the others out by opening
+ * sessions; and MAX_SESSIONS sessions in all, those with a sandbox
+ * included (their sandboxes bound them first: each is a container,
+ * reaped after HEARTBEAT_TIMEOUT idle), then 503.
  *
  * Cancelling: notifications/cancelled naming a request of the session, or
  * the client closing that request's connection (an aborted fetch), drops
@@ -40,7 +46,8 @@
 #include "mcp_wire.h"
 #include "xmalloc.h"
 
-#define MAX_SESSIONS 256
+#define MAX_SESSIONS 4096
+#define MAX_UNBOUND 256
 #define MAX_CALLS 64
 #define LIST_TOOLS_TIMEOUT 30.0
 #define SESSION_HEADER "Mcp-Session-Id"
@@ -492,18 +499,45 @@ session_end(struct mcp_session *s, struct http_request *req)
 	session_unref(s);
 }
 
-/* Room for one more session: those idle past HEARTBEAT_TIMEOUT (whose
- * sandboxes the reaper has ended) are dropped. */
+/* A session that holds nothing: no sandbox (none made yet, or it is
+ * gone), no request in progress, no create under way. */
+static int
+unbound(const struct mcp_session *s)
+{
+	struct sandbox *sb;
+
+	if (s->ncalls > 0 || s->creating)
+		return 0;
+	sb = s->box != NULL ? sandbox_find(s->box) : NULL;
+	return sb == NULL || sb->state == SB_RELEASED ||
+	    sb->state == SB_RELEASING;
+}
+
+/* Room for one more session: the least recently used of MAX_UNBOUND
+ * sessions that hold nothing ends; at MAX_SESSIONS, those idle past
+ * HEARTBEAT_TIMEOUT (whose sandboxes the reaper has ended) too. */
 static int
 make_room(void)
 {
-	struct mcp_session *s, *next;
+	struct mcp_session *s, *next, *lru = NULL;
 	double now = sandboxd_now();
+	size_t n = 0;
 
-	if (nsessions < MAX_SESSIONS)
-		return 0;
-	for (s = sessions; s != NULL && sd.cfg.heartbeat_timeout > 0;
-	    s = next) {
+	for (s = sessions; s != NULL; s = s->next) {
+		if (!unbound(s))
+			continue;
+		n++;
+		if (lru == NULL || s->last_used < lru->last_used)
+			lru = s;
+	}
+	if (n >= MAX_UNBOUND || (lru != NULL && nsessions >= MAX_SESSIONS)) {
+		log_info("MCP session %s ended to make room (the least "
+		    "recently used of %zu without a sandbox)", lru->sb_session,
+		    n);
+		session_end(lru, NULL);
+	}
+	for (s = sessions; nsessions >= MAX_SESSIONS && s != NULL &&
+	    sd.cfg.heartbeat_timeout > 0; s = next) {
 		next = s->next;
 		if (s->ncalls == 0 && !s->creating &&
 		    now - s->last_used > sd.cfg.heartbeat_timeout)

@@ -259,6 +259,31 @@ def test_killed_server_is_restarted_and_the_next_call_works(desk):
         desk.agent.read_log()
 
 
+def test_the_vnc_client_runs_as_the_user_confined_and_comes_back(desk):
+    """The display's VNC and X clients run in the agent's VNC helper, a
+    process of the user's under the commands' seccomp filter (the servers
+    are the user's: what they send is parsed outside PID 1). The user may
+    kill it: it is started again and the next call works."""
+    [helper] = [pid for pid, (name, _) in desk.descendants().items()
+                if name == "vnc-helper"]
+    with open(f"/proc/{helper}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f)
+    assert set(status["Uid"].split()) == {str(USER)}
+    assert set(status["Gid"].split()) == {str(USER)}
+    assert status["Seccomp"] == "2"
+    with open(f"/proc/{helper}/environ", "rb") as f:
+        assert b"SECRET_TOKEN" not in f.read()
+    desk.ok("mouse_move", coordinate=[10, 20])
+    os.kill(helper, signal.SIGKILL)
+    assert desk.ok("get_cursor_position")["structuredContent"] == \
+        {"x": 10, "y": 20}
+    assert [pid for pid, (name, _) in desk.descendants().items()
+            if name == "vnc-helper" and pid != helper]
+    assert "vnc-helper (the display's VNC client) was killed by signal 9" \
+        in desk.agent.read_log()
+    assert desk.agent.get("/healthz").status_code == 200
+
+
 def test_sigterm_stops_the_desktop(desk):
     pids = list(desk.descendants())
     assert desk.pids_of("Xvnc")

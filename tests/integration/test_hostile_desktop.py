@@ -1,6 +1,7 @@
 """Hostile viewers of the desktop's web viewer: no token, a wrong one,
 another sandbox's; malformed and oversized WebSocket frames; a viewer that
-never reads; many viewers coming and going. Against the agent's
+never reads; many viewers coming and going. A hostile VNC server (the
+user's: Xvnc runs as them) before the computer tool. Against the agent's
 /websockify (a real Xvnc the agent starts) and sandboxd's /desktop/{id}
 (the filesystem image, which carries a desktop). Each must be refused or
 bounded, no VNC byte may reach an unauthenticated client, no token may
@@ -20,9 +21,10 @@ import pytest
 import requests
 
 import ws_client
-from conftest import ROOT, rss_kib
+from conftest import AGENT_BIN, ROOT, rss_kib
 from sandboxd_fixtures import docker, minimal_tag, start_sandboxd  # noqa: F401
-from test_agent_computer import desktop_dir  # noqa: F401
+from test_agent_computer import (USER, desktop_dir,  # noqa: F401
+                                 png_of, start_desktop)
 from test_agent_desktop_web import read_update, rfb_handshake, web_desktop  # noqa: F401
 from test_images_desktop import TAG, viewer
 
@@ -221,6 +223,102 @@ def test_viewers_come_and_go_and_leave_nothing_open(web_desktop):
         ws.sock.close()
     assert settle(a.proc.pid, fds) == fds
     assert a.get("/healthz").status_code == 200
+
+
+RFB_SERVER = os.path.join(ROOT, "tests", "integration", "rfb_server.py")
+
+
+@pytest.mark.parametrize("answer", ["ok", "huge_rect", "bad_encoding",
+                                    "colour_map", "cut_text", "truncated",
+                                    "resize"])
+def test_a_hostile_vnc_server_reaches_only_a_process_of_the_user(
+        start_desktop, desktop_dir, answer):
+    """The display's VNC server is the user's program: what it sends is
+    read by the agent's VNC helper, a process of the user's (neither PID 1
+    nor root), so a server that gets the better of the VNC client gets
+    nothing the user had not. Whatever the server answers a screenshot
+    with, the tool answers (the picture, or an error saying the display
+    failed) and the agent serves on."""
+    peers = os.path.join(desktop_dir, "peers")
+    d = start_desktop(server={"name": "rfb", "command": [
+        "/usr/bin/python3", RFB_SERVER, os.path.join(desktop_dir, "vnc.sock"),
+        answer, peers]})
+    for _ in range(2):
+        res = d.call("get_screenshot")
+        if answer == "ok":
+            assert res["isError"] is False, res
+            assert png_of(res)[0].size == (64, 48)
+        else:
+            assert res["isError"] is True, res
+            assert res["content"][0]["text"].startswith(
+                "The get_screenshot action failed on the display ("), res
+    assert d.agent.get("/healthz").status_code == 200
+    with open(peers) as f:
+        clients = [tuple(map(int, line.split())) for line in f]
+    assert clients
+    for pid, uid, gid in clients:
+        assert pid != d.agent.proc.pid, clients
+        assert (uid, gid) == (USER, USER), clients
+
+
+def helper_call(chan, op):
+    """One request to the VNC helper (vnc_wire.h): the reply's status,
+    width, height and data."""
+    chan.sendall(struct.pack("=I3iI", op, 0, 0, 0, 0))
+    head = b""
+    while len(head) < 24:
+        chunk = chan.recv(24 - len(head))
+        assert chunk, "the helper closed its channel"
+        head += chunk
+    status, width, height, _, _, length = struct.unpack("=5iI", head)
+    data = b""
+    while len(data) < length:
+        chunk = chan.recv(length - len(data))
+        assert chunk, "the helper closed its channel"
+        data += chunk
+    return status, width, height, data
+
+
+@pytest.mark.parametrize("answer", ["ok", "huge_rect", "bad_encoding",
+                                    "colour_map", "cut_text", "truncated",
+                                    "resize"])
+def test_the_vnc_helper_before_a_hostile_server(tmp_path, answer):
+    """The VNC helper alone, as the agent drives it, before the same
+    servers: each answer is a screen or a failure, and at the end of its
+    channel it exits 0 (under ASan: no memory error, no leak)."""
+    sock, peers = str(tmp_path / "vnc.sock"), str(tmp_path / "peers")
+    server = subprocess.Popen(["/usr/bin/python3", RFB_SERVER, sock, answer,
+                               peers])
+    ours, theirs = socket.socketpair()
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(sock) and time.time() < deadline:
+            time.sleep(0.01)
+        # Its channel on its descriptor 3, as the agent gives it.
+        helper = subprocess.Popen(
+            [AGENT_BIN, "--vnc-helper", sock, ":0", "info"],
+            pass_fds=[3], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.dup2(theirs.fileno(), 3))
+        theirs.close()
+        assert helper_call(ours, 1)[:3] == (0, 64, 48)		# BEGIN
+        for _ in range(3):
+            status, width, height, data = helper_call(ours, 5)  # CAPTURE
+            if answer == "ok":
+                assert (status, width, height) == (0, 64, 48)
+                assert data == b"\x00\x00\xff\x00" * (64 * 48)
+            else:
+                assert status == 503, (status, data)
+                assert data.startswith(b"the display's VNC connection "), \
+                    data
+            # BEGIN connects anew where the connection was lost.
+            assert helper_call(ours, 1)[:3] == (0, 64, 48)
+        ours.close()
+        out = helper.communicate(timeout=30)[0].decode()
+        assert helper.returncode == 0, out
+    finally:
+        server.kill()
+        server.wait()
 
 
 # ---- sandboxd -------------------------------------------------------------------

@@ -176,6 +176,37 @@ def test_sessions_required_and_checked(start_sandboxd):
     assert len(s.containers()) == 1
 
 
+def test_sessions_without_a_sandbox_lock_no_one_out(start_sandboxd):
+    """One client opens sessions and never uses them, more than the 256
+    without a sandbox that are kept (HEARTBEAT_TIMEOUT 0: nothing else
+    ends them): each new one ends the least recently used of those, whose
+    client then gets 404; a session with a sandbox is never taken, and
+    another client (the SDK) always gets in and works."""
+    s = start_sandboxd(token="tok", env={"HEARTBEAT_TIMEOUT": "0"})
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    echo = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_shell_command",
+                       "arguments": {"command": "echo kept"}}}
+    kept, _ = initialize(s)
+    r = post(s, echo, session=kept)
+    assert r.status_code == 200 and texts(r.json()["result"]) == \
+        ["kept\n", "0"], r.text
+    flood = [initialize(s)[0] for _ in range(300)]
+    assert [post(s, ping, session=sid).status_code
+            for sid in (flood[0], flood[43], flood[44], flood[-1])] == \
+        [404, 404, 200, 200]
+    init, listed, called = run_client(s.url + "/mcp", "tok", [
+        {"op": "list"}, {"op": "call", "name": "run_shell_command",
+                         "arguments": {"command": "echo other"}}])
+    assert init["session"], init
+    assert listed["result"]["tools"], listed
+    assert texts(called["result"]) == ["other\n", "0"], called
+    r = post(s, echo, session=kept)
+    assert r.status_code == 200 and texts(r.json()["result"]) == \
+        ["kept\n", "0"], r.text
+    assert len(s.containers()) == 2
+
+
 def test_token_required(start_sandboxd):
     """The same auth as every other route: the SDK client is refused, and
     so is a plain POST without or with a wrong token."""

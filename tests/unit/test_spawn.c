@@ -31,6 +31,8 @@
 #define HANG_GUARD_SEC 30
 
 static struct event_base *base;
+/* /bin/sh, opened before anything else. */
+static int first_fd = -1;
 
 /* What one child did, filled by the callbacks. */
 struct run {
@@ -612,6 +614,37 @@ test_pass_fds(void **state)
 	spawn_free(sp);
 }
 
+/* The descriptor to execute may be one of the numbers pass_fds land on
+ * (a program's first open is 3, as here: /bin/sh opened first of all):
+ * it is executed all the same. */
+static void
+test_exec_fd_where_a_pass_fd_lands(void **state)
+{
+	static const char *const argv[] = { "sh", "-c", "echo ran >&3", NULL };
+	struct spawn_options o = { 0 };
+	struct run r = { 0 };
+	struct spawn *sp;
+	char buf[64];
+	int p[2];
+
+	(void)state;
+	assert_int_equal(first_fd, 3);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	o.argv = argv;
+	o.stdio[0] = o.stdio[1] = o.stdio[2] = SPAWN_NULL;
+	o.pass_fds = &p[1];
+	o.npass_fds = 1;
+	o.use_exec_fd = 1;
+	o.exec_fd = first_fd;
+	sp = run_to_exit(&o, &r);
+	close(p[1]);
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+	read_all(p[0], buf, sizeof buf);
+	assert_string_equal(buf, "ran\n");
+	close(p[0]);
+	spawn_free(sp);
+}
+
 static void
 test_free_kills_running_child(void **state)
 {
@@ -680,6 +713,7 @@ static int
 group_setup(void **state)
 {
 	(void)state;
+	first_fd = open("/bin/sh", O_RDONLY | O_CLOEXEC);
 	signal(SIGPIPE, SIG_IGN);
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
 		return -1;
@@ -695,6 +729,7 @@ group_teardown(void **state)
 {
 	(void)state;
 	event_base_free(base);
+	close(first_fd);
 	return 0;
 }
 
@@ -720,6 +755,7 @@ main(void)
 		cmocka_unit_test(test_default_signals_in_child),
 		cmocka_unit_test(test_pipe_fds),
 		cmocka_unit_test(test_pass_fds),
+		cmocka_unit_test(test_exec_fd_where_a_pass_fd_lands),
 		cmocka_unit_test(test_free_kills_running_child),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_reaper_reaps_orphans),
