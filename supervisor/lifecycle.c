@@ -10,6 +10,7 @@
  */
 #include "sandboxd.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 
 #include <event2/event.h>
@@ -138,6 +139,23 @@ answer_later(struct sandbox *sb, sandbox_done_cb done, void *arg,
 	sandboxd_defer(early_answer_cb, a);
 }
 
+/* answer_later with a 409 saying why. */
+static void refuse(struct sandbox *sb, sandbox_done_cb done, void *arg,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+refuse(struct sandbox *sb, sandbox_done_cb done, void *arg, const char *fmt,
+    ...)
+{
+	struct error err;
+	va_list ap;
+
+	va_start(ap, fmt);
+	error_vset(&err, 409, fmt, ap);
+	va_end(ap);
+	answer_later(sb, done, arg, &err);
+}
+
 /* Releasing. */
 
 static void
@@ -237,26 +255,23 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 
 /* Starting and stopping. */
 
+/* 0 when sb is ours, released or not, and idle, else -1 and done gets
+ * why (409). */
 static int
-busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
+busy_error(struct sandbox *sb, const char *verb, sandbox_done_cb done,
+    void *arg)
 {
-	struct error err;
-
-	if (shared_is_remote(sb)) {
-		/* Only the owner talks to its Docker. */
-		error_set(&err, 409, "sandbox %s belongs to sandboxd instance "
-		    "%s; start or stop it there", sb->name, sb->owner);
-		answer_later(sb, done, arg, &err);
-		return -1;
-	}
-	if (sb->op == NULL && sb->state != SB_RELEASED)
+	if (shared_is_remote(sb))
+		/* Only the owner talks to its backend. */
+		refuse(sb, done, arg, "sandbox %s belongs to sandboxd instance "
+		    "%s; %s it there", sb->name, sb->owner, verb);
+	else if (sb->op == NULL && sb->state != SB_RELEASED)
 		return 0;
-	if (sb->state == SB_RELEASED || sb->state == SB_RELEASING)
-		error_set(&err, 409, "sandbox %s is released", sb->name);
+	else if (sb->state == SB_RELEASED || sb->state == SB_RELEASING)
+		refuse(sb, done, arg, "sandbox %s is released", sb->name);
 	else
-		error_set(&err, 409, "sandbox %s is busy (%s)", sb->name,
+		refuse(sb, done, arg, "sandbox %s is busy (%s)", sb->name,
 		    sandbox_state_name(sb->state));
-	answer_later(sb, done, arg, &err);
 	return -1;
 }
 
@@ -277,7 +292,7 @@ lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct lifecycle_op *op;
 
-	if (busy_error(sb, done, arg) < 0)
+	if (busy_error(sb, "start", done, arg) < 0)
 		return;
 	op = lifecycle_op_new(sb, OP_START, done, arg);
 	sd.backend->ops->start(sd.backend, sb->container_id != NULL ?
@@ -300,7 +315,7 @@ lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct lifecycle_op *op;
 
-	if (busy_error(sb, done, arg) < 0)
+	if (busy_error(sb, "stop", done, arg) < 0)
 		return;
 	op = lifecycle_op_new(sb, OP_STOP, done, arg);
 	sd.backend->ops->stop(sd.backend, sb->container_id != NULL ?

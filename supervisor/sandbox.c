@@ -16,6 +16,8 @@
 #include "xmalloc.h"
 
 static struct sandbox_list sandboxes = TAILQ_HEAD_INITIALIZER(sandboxes);
+/* The backend's short forms of container ids (sandbox_set_id_match). */
+static int (*id_match)(const char *id, const char *identity);
 
 static const char *const state_names[] = {
 	[SB_CREATING] = "creating",
@@ -122,16 +124,6 @@ sandbox_forget(struct sandbox *sb)
 	sandbox_unref(sb);
 }
 
-static int
-is_hex(const char *s)
-{
-	for (; *s != '\0'; s++) {
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-			return 0;
-	}
-	return 1;
-}
-
 struct sandbox *
 sandbox_find(const char *identity)
 {
@@ -142,11 +134,16 @@ sandbox_find(const char *identity)
 	return sb;
 }
 
+void
+sandbox_set_id_match(int (*match)(const char *id, const char *identity))
+{
+	id_match = match;
+}
+
 struct sandbox *
 sandbox_find_local(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
-	size_t n;
 
 	if (identity == NULL || *identity == '\0')
 		return NULL;
@@ -163,12 +160,11 @@ sandbox_find_local(const char *identity)
 	}
 	if (match != NULL)
 		return match;
-	n = strlen(identity);
-	if (n < 12 || n > 64 || !is_hex(identity))
+	if (id_match == NULL)
 		return NULL;
 	TAILQ_FOREACH(sb, &sandboxes, entry) {
 		if (sb->container_id == NULL ||
-		    strncmp(sb->container_id, identity, n) != 0)
+		    !id_match(sb->container_id, identity))
 			continue;
 		if (match != NULL)
 			return NULL;	/* ambiguous */

@@ -17,7 +17,8 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
- * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker),
+ * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
+ * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
  * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
  * sandboxd on one Redis, REDIS_ENABLED).
  */
@@ -225,7 +226,8 @@ struct sandbox {
 	int owns_mount;			/* we made mount_dir: we remove it */
 	char *storage_path;		/* where release keeps it; NULL: nowhere */
 	char *sock_dir;			/* host side of /run/sandbox-agent */
-	char *agent_addr;		/* "unix:<sock_dir>/agent.sock" */
+	char *agent_addr;		/* as the backend says; NULL until
+					 * created */
 	char *session;			/* session_ctx_id or NULL */
 	json_t *meta;			/* object */
 	json_t *environment;		/* object given at create, or NULL */
@@ -272,9 +274,12 @@ void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
 /* Drop from the list (the record is freed once unreferenced). */
 void sandbox_forget(struct sandbox *sb);
-/* By container name, container id or a unique id prefix (>= 12 hex);
- * with REDIS_ENABLED also another instance's. */
+/* By container name, container id or a unique short form of it (what
+ * the hook below takes); with REDIS_ENABLED also another instance's. */
 struct sandbox *sandbox_find(const char *identity);
+/* Whether identity is a short form of a container id (the backend's
+ * id_abbreviates); NULL: none is. */
+void sandbox_set_id_match(int (*match)(const char *id, const char *identity));
 /* Only ours. */
 struct sandbox *sandbox_find_local(const char *identity);
 struct sandbox *sandbox_first(void);
