@@ -2,7 +2,8 @@
  * Re-adoption at start: ask the backend for the sandboxes of our instance;
  * each one the state file knows, whose container runs and whose agent
  * answers with its token, becomes a record again, with its session, port
- * and workspace. Every other container of ours is removed, and so are the
+ * and workspace; a paused one comes back paused, unprobed (its agent is
+ * frozen). Every other container of ours is removed, and so are the
  * leftovers of saved records whose container is gone (socket directory,
  * workspace kept or deleted as a release would). If the backend does not
  * answer, adoption is retried until it does; pools fill only after it.
@@ -216,6 +217,15 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 	sb = restore(rec, type, c);
 	if (st != NULL && strcmp(st, "stopped") == 0) {
 		sandbox_set_state(sb, SB_STOPPED);
+		return;
+	}
+	/* Paused whatever the record says (sandboxd may have died before
+	 * it wrote the pause down): the container is what it is. */
+	if (c->state == BACKEND_PAUSED) {
+		sandbox_set_state(sb, SB_PAUSED);
+		metrics_count(M_ADOPTED, sb->type_name);
+		log_info("adopt: took back %s (%s, paused)", sb->name,
+		    sb->type_name);
 		return;
 	}
 	if (c->state != BACKEND_RUNNING) {

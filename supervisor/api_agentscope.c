@@ -298,7 +298,7 @@ rpc_get_status(struct http_request *req, const char *what, json_t *args)
 	/* Another instance's backend: its record says. */
 	if (sb != NULL && shared_is_remote(sb))
 		reply_data(req, json_string(sb->state == SB_RELEASING ?
-		    "released" : "running"));
+		    "released" : sb->state == SB_PAUSED ? "paused" : "running"));
 	else if (sb != NULL && (sb->state == SB_RELEASED ||
 	    sb->container_id == NULL))
 		reply_data(req, json_string(sb->state == SB_RELEASED ?
@@ -336,7 +336,7 @@ rpc_check_health(struct http_request *req, const char *what, json_t *args)
 	sb = rpc_sandbox(req, what, args);
 	if (sb != NULL && (sb->state == SB_RELEASED ||
 	    sb->state == SB_RELEASING || sb->state == SB_STOPPED ||
-	    sb->state == SB_CREATING))
+	    sb->state == SB_PAUSED || sb->state == SB_CREATING))
 		reply_data(req, json_false());
 	else if (sb != NULL)
 		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,

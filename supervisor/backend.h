@@ -1,7 +1,8 @@
 /*
  * What sandboxd needs from whatever runs its sandboxes, asynchronously:
- * create and start one from a spec, remove, start, stop, ask its state,
- * list ours, read its last log lines. The seam speaks of sandboxes, mounts, networks and limits;
+ * create and start one from a spec, remove, start, stop, pause, resume,
+ * ask its state or one sample of what it uses, list ours, read its last
+ * log lines. The seam speaks of sandboxes, mounts, networks and limits;
  * one engine's words (Docker's bind strings, labels, id prefixes, version
  * quirks) stay behind its implementation: backend_docker.c first (the
  * Docker Engine API), a daemonless OCI runtime or Kubernetes later.
@@ -90,6 +91,15 @@ struct backend_container {
 					 * the backend cannot tell */
 };
 
+/* One sample of what a sandbox uses. */
+struct backend_stats {
+	uint64_t cpu_ns;		/* CPU time since it started */
+	unsigned cpus;			/* CPUs it may run on (no limit) */
+	int64_t mem_used;		/* bytes, page cache it can drop aside */
+	int64_t mem_limit;		/* its limit, or the host's memory */
+	int64_t mem_cache;		/* page cache */
+};
+
 /* id is set even when the start failed (err), so the caller can remove
  * what was made; agent_addr ("unix:PATH" or "HOST:PORT") with it. */
 typedef void (*backend_created_cb)(const char *id, const char *agent_addr,
@@ -103,6 +113,8 @@ typedef void (*backend_list_cb)(const struct backend_container *v, size_t n,
 /* The last lines of output, NUL-terminated (NULL with err). */
 typedef void (*backend_logs_cb)(const char *text, const struct error *err,
     void *arg);
+typedef void (*backend_stats_cb)(const struct backend_stats *stats,
+    const struct error *err, void *arg);
 
 /* Where an id is asked for, the sandbox's name does too (a create whose
  * answer was lost). */
@@ -119,7 +131,15 @@ struct backend_ops {
 	    void *arg);
 	void (*stop)(struct backend *b, const char *id, double timeout,
 	    backend_done_cb done, void *arg);
+	/* Freeze and thaw every process of it, memory kept; 409 when it is
+	 * paused already / not paused. */
+	void (*pause)(struct backend *b, const char *id, backend_done_cb done,
+	    void *arg);
+	void (*resume)(struct backend *b, const char *id, backend_done_cb done,
+	    void *arg);
 	void (*status)(struct backend *b, const char *id, backend_status_cb done,
+	    void *arg);
+	void (*stats)(struct backend *b, const char *id, backend_stats_cb done,
 	    void *arg);
 	/* The sandboxes created for instance: in every state, or only those
 	 * not running (what a health round looks for, much cheaper at

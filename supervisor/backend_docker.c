@@ -104,6 +104,7 @@ struct create_op {
 struct simple_op {
 	backend_done_cb done;
 	backend_status_cb status_done;
+	backend_stats_cb stats_done;
 	backend_list_cb list_done;
 	backend_logs_cb logs_done;
 	void *arg;
@@ -349,6 +350,20 @@ docker_stop(struct backend *b, const char *id, double timeout,
 }
 
 static void
+docker_pause(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	docker_container_pause(b->impl, id, plain_cb, done_op(done, arg));
+}
+
+static void
+docker_resume(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	docker_container_unpause(b->impl, id, plain_cb, done_op(done, arg));
+}
+
+static void
 inspected_cb(json_t *answer, const struct error *err, void *arg)
 {
 	struct simple_op *op = arg;
@@ -371,6 +386,64 @@ docker_status(struct backend *b, const char *id, backend_status_cb done,
 
 	op->status_done = done;
 	docker_container_inspect(b->impl, id, inspected_cb, op);
+}
+
+/* A counter of the memory controller's stats: cgroup v1 names it first,
+ * v2 second. */
+static int64_t
+memory_stat(json_t *stats, const char *v1, const char *v2)
+{
+	json_t *v = json_object_get(stats, v1);
+
+	if (v == NULL)
+		v = json_object_get(stats, v2);
+	return json_integer_value(v);
+}
+
+static void
+stats_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct simple_op *op = arg;
+	json_t *cpu = json_object_get(answer, "cpu_stats");
+	json_t *mem = json_object_get(answer, "memory_stats");
+	json_t *counters = json_object_get(mem, "stats");
+	struct backend_stats s = { 0 };
+	int64_t inactive;
+
+	if (err != NULL) {
+		op->stats_done(NULL, err, op->arg);
+		free(op);
+		return;
+	}
+	s.cpu_ns = (uint64_t)json_integer_value(json_object_get(
+	    json_object_get(cpu, "cpu_usage"), "total_usage"));
+	s.cpus = (unsigned)json_integer_value(json_object_get(cpu,
+	    "online_cpus"));
+	if (s.cpus == 0)
+		s.cpus = (unsigned)json_array_size(json_object_get(
+		    json_object_get(cpu, "cpu_usage"), "percpu_usage"));
+	if (s.cpus == 0)
+		s.cpus = 1;
+	/* As `docker stats` counts it: inactive page cache is not in use. */
+	s.mem_used = json_integer_value(json_object_get(mem, "usage"));
+	inactive = memory_stat(counters, "total_inactive_file",
+	    "inactive_file");
+	if (inactive < s.mem_used)
+		s.mem_used -= inactive;
+	s.mem_limit = json_integer_value(json_object_get(mem, "limit"));
+	s.mem_cache = memory_stat(counters, "total_cache", "file");
+	op->stats_done(&s, NULL, op->arg);
+	free(op);
+}
+
+static void
+docker_stats(struct backend *b, const char *id, backend_stats_cb done,
+    void *arg)
+{
+	struct simple_op *op = simple_op(arg);
+
+	op->stats_done = done;
+	docker_container_stats(b->impl, id, stats_cb, op);
 }
 
 /* The agent's address, from the bind of its socket directory. Caller
@@ -521,7 +594,10 @@ static const struct backend_ops docker_ops = {
 	.remove = docker_remove,
 	.start = docker_start,
 	.stop = docker_stop,
+	.pause = docker_pause,
+	.resume = docker_resume,
 	.status = docker_status,
+	.stats = docker_stats,
 	.list_ours = docker_list_ours,
 	.logs = docker_logs,
 	.id_abbreviates = docker_id_abbreviates,

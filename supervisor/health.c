@@ -1,8 +1,8 @@
 /*
  * Health: one probe asks an agent for /healthz with its token; a round,
  * every SANDBOXD_HEALTH_INTERVAL seconds, asks the backend in one call
- * which of our containers are not running and probes each ready sandbox.
- * A warm
+ * which of our containers are not running and probes each ready sandbox
+ * (a paused one is not: its agent is frozen on purpose). A warm
  * (pool) sandbox whose container died or whose agent stopped answering is
  * released, and the pool makes a new one; a sandbox in use is marked
  * unhealthy and reported, never swapped behind its user's back.

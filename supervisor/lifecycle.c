@@ -2,7 +2,8 @@
  * The life of a sandbox: create (lifecycle_create.c: workspace, socket
  * directory, container, then wait until its agent answers /healthz with
  * its token), release (remove the container, keep or delete the workspace,
- * give the port back), start and stop. Each is a chain of callbacks; one
+ * give the port back), start, stop, pause and resume, and a sample of what
+ * a sandbox uses (stats). Each is a chain of callbacks; one
  * operation runs per sandbox at a time (struct lifecycle_op, here), and a
  * release asked for meanwhile runs right after. Their done callbacks run
  * after lifecycle_* returned, also with an answer at hand (already
@@ -225,8 +226,8 @@ begin_release(struct sandbox *sb)
 
 	sandbox_set_state(sb, SB_RELEASING);
 	desktop_relay_close_sandbox(sb);
-	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, removed_cb, op);
+	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
+	    removed_cb, op);
 }
 
 void
@@ -253,7 +254,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	begin_release(sb);
 }
 
-/* Starting and stopping. */
+/* Starting, stopping, pausing and resuming. */
 
 /* 0 when sb is ours, released or not, and idle, else -1 and done gets
  * why (409). */
@@ -294,9 +295,15 @@ lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg)
 
 	if (busy_error(sb, "start", done, arg) < 0)
 		return;
+	if (sb->state == SB_PAUSED) {
+		/* The engine would refuse, and the sandbox is not at fault. */
+		refuse(sb, done, arg, "sandbox %s is paused; resume it",
+		    sb->name);
+		return;
+	}
 	op = lifecycle_op_new(sb, OP_START, done, arg);
-	sd.backend->ops->start(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, backend_started_cb, op);
+	sd.backend->ops->start(sd.backend, lifecycle_backend_id(sb),
+	    backend_started_cb, op);
 }
 
 static void
@@ -318,6 +325,163 @@ lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	if (busy_error(sb, "stop", done, arg) < 0)
 		return;
 	op = lifecycle_op_new(sb, OP_STOP, done, arg);
-	sd.backend->ops->stop(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, 2, backend_stopped_cb, op);
+	sd.backend->ops->stop(sd.backend, lifecycle_backend_id(sb), 2,
+	    backend_stopped_cb, op);
+}
+
+static void
+backend_paused_cb(const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	if (err == NULL) {
+		sandbox_set_state(op->sb, SB_PAUSED);
+		log_info("sandbox %s paused", op->sb->name);
+	}
+	op->done(op->sb, err, op->arg);
+	lifecycle_op_end(op);
+}
+
+void
+lifecycle_pause(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct lifecycle_op *op;
+
+	if (busy_error(sb, "pause", done, arg) < 0)
+		return;
+	if (sb->state == SB_PAUSED) {
+		refuse(sb, done, arg, "sandbox %s is already paused", sb->name);
+		return;
+	}
+	if (sb->state != SB_RUNNING && sb->state != SB_UNHEALTHY) {
+		refuse(sb, done, arg, "sandbox %s is %s; only one in use "
+		    "pauses", sb->name, sandbox_state_name(sb->state));
+		return;
+	}
+	op = lifecycle_op_new(sb, OP_PAUSE, done, arg);
+	sd.backend->ops->pause(sd.backend, lifecycle_backend_id(sb),
+	    backend_paused_cb, op);
+}
+
+static void
+backend_resumed_cb(const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	/* Still frozen: as it was. */
+	if (err != NULL) {
+		op->done(op->sb, err, op->arg);
+		lifecycle_op_end(op);
+		return;
+	}
+	log_info("sandbox %s resumed", op->sb->name);
+	op->sb->health_failures = 0;
+	lifecycle_wait_healthy(op);
+}
+
+void
+lifecycle_resume(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct lifecycle_op *op;
+
+	if (busy_error(sb, "resume", done, arg) < 0)
+		return;
+	if (sb->state != SB_PAUSED) {
+		refuse(sb, done, arg, "sandbox %s is not paused (%s)", sb->name,
+		    sandbox_state_name(sb->state));
+		return;
+	}
+	/* Its session's idle clock starts again now. */
+	sessions_touch_sandbox(sb);
+	op = lifecycle_op_new(sb, OP_RESUME, done, arg);
+	sd.backend->ops->resume(sd.backend, lifecycle_backend_id(sb),
+	    backend_resumed_cb, op);
+}
+
+/* A sample on its way; holds a reference to its sandbox. */
+struct stats_call {
+	struct sandbox *sb;
+	sandbox_stats_cb done;
+	void *arg;
+	struct error err;	/* refused before the backend was asked */
+};
+
+static void
+stats_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct stats_call *c = arg;
+
+	(void)fd;
+	(void)what;
+	c->done(c->sb, NULL, &c->err, c->arg);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
+/* The share of its CPUs sb used since the last sample (or since it was
+ * created or started), which this one becomes. */
+static double
+cpu_used_pct(struct sandbox *sb, const struct backend_stats *bs,
+    double cpus)
+{
+	double now = sandboxd_monotonic(), pct = 0;
+
+	if (sb->cpu_at > 0 && now > sb->cpu_at && bs->cpu_ns >= sb->cpu_ns)
+		pct = 100.0 * (double)(bs->cpu_ns - sb->cpu_ns) /
+		    ((now - sb->cpu_at) * 1e9 * cpus);
+	sb->cpu_ns = bs->cpu_ns;
+	sb->cpu_at = now;
+	return pct > 100 ? 100 : pct;
+}
+
+static void
+sampled_cb(const struct backend_stats *bs, const struct error *err,
+    void *arg)
+{
+	struct stats_call *c = arg;
+	struct sandbox *sb = c->sb;
+	struct sandbox_stats st = { 0 };
+	double cpus;
+
+	if (err != NULL) {
+		c->done(sb, NULL, err, c->arg);
+	} else {
+		/* The type's CPU limit where it has one, else the host's. */
+		cpus = sb->type != NULL && sb->type->nano_cpus > 0 ?
+		    (double)sb->type->nano_cpus / 1e9 : (double)bs->cpus;
+		st.cpu_count = (unsigned)cpus;
+		if ((double)st.cpu_count < cpus)
+			st.cpu_count++;
+		st.cpu_used_pct = cpu_used_pct(sb, bs, cpus);
+		st.mem_used = bs->mem_used;
+		st.mem_total = bs->mem_limit;
+		st.mem_cache = bs->mem_cache;
+		c->done(sb, &st, NULL, c->arg);
+	}
+	sandbox_unref(sb);
+	free(c);
+}
+
+void
+lifecycle_stats(struct sandbox *sb, sandbox_stats_cb done, void *arg)
+{
+	struct stats_call *c = xcalloc(1, sizeof *c);
+
+	c->sb = sb;
+	c->done = done;
+	c->arg = arg;
+	sandbox_ref(sb);
+	if (shared_is_remote(sb)) {
+		error_set(&c->err, 409, "sandbox %s belongs to sandboxd instance "
+		    "%s; ask it there", sb->name, sb->owner);
+	} else if (sb->container_id == NULL || sb->state == SB_CREATING ||
+	    sb->state == SB_RELEASING || sb->state == SB_RELEASED) {
+		error_set(&c->err, 409, "sandbox %s is %s", sb->name,
+		    sandbox_state_name(sb->state));
+	} else {
+		sd.backend->ops->stats(sd.backend, sb->container_id,
+		    sampled_cb, c);
+		return;
+	}
+	sandboxd_defer(stats_refused_cb, c);
 }

@@ -73,9 +73,14 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
 	struct lifecycle_op *op = arg;
 
-	(void)sb;
 	(void)why;
 	if (ok) {
+		/* The engine counts its CPU time from its start, not from a
+		 * resume (lifecycle_stats). */
+		if (op->kind != OP_RESUME) {
+			sb->cpu_ns = 0;
+			sb->cpu_at = sandboxd_monotonic();
+		}
 		if (op->kind == OP_CREATE) {
 			create_succeeded(op);
 		} else {
@@ -459,8 +464,8 @@ create_failed(struct lifecycle_op *op, const struct error *err)
 	sandbox_changed(sb);
 	/* Also when Docker failed to answer the create: it may still have
 	 * made the container, which has our name. */
-	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, undo_container_cb, op);
+	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
+	    undo_container_cb, op);
 }
 
 /* Environment values: strings (numbers and booleans are written out);

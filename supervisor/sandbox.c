@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "log.h"
 #include "token.h"
@@ -25,6 +26,7 @@ static const char *const state_names[] = {
 	[SB_RUNNING] = "running",
 	[SB_UNHEALTHY] = "unhealthy",
 	[SB_STOPPED] = "stopped",
+	[SB_PAUSED] = "paused",
 	[SB_RELEASING] = "releasing",
 	[SB_RELEASED] = "released",
 };
@@ -48,6 +50,15 @@ sandboxd_now(void)
 
 	gettimeofday(&tv, NULL);
 	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+double
+sandboxd_monotonic(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 struct sandbox *
@@ -237,6 +248,10 @@ sandbox_check_callable(const struct sandbox *sb, struct error *err)
 		return 0;
 	case SB_STOPPED:
 		error_set(err, 409, "sandbox %s is stopped; start it to use it "
+		    "again", sb->name);
+		break;
+	case SB_PAUSED:
+		error_set(err, 409, "sandbox %s is paused; resume it to use it "
 		    "again", sb->name);
 		break;
 	case SB_CREATING:
