@@ -1,11 +1,12 @@
 /*
- * Re-adoption at start: list the containers that carry our instance label;
+ * Re-adoption at start: ask the backend for the sandboxes of our instance;
  * each one the state file knows, whose container runs and whose agent
  * answers with its token, becomes a record again, with its session, port
- * and workspace. Every other container of ours is removed, and so are the
+ * and workspace; a paused one comes back paused, unprobed (its agent is
+ * frozen). Every other container of ours is removed, and so are the
  * leftovers of saved records whose container is gone (socket directory,
- * workspace kept or deleted as a release would). If Docker does not answer,
- * adoption is retried until it does; pools fill only after it.
+ * workspace kept or deleted as a release would). If the backend does not
+ * answer, adoption is retried until it does; pools fill only after it.
  */
 #include "sandboxd.h"
 
@@ -109,7 +110,8 @@ saved_state(const char *name, const struct sandbox *sb)
 
 /* A record back from the state file; CREATING until its agent answers. */
 static struct sandbox *
-restore(json_t *rec, const struct sandbox_type *type, const char *id)
+restore(json_t *rec, const struct sandbox_type *type,
+    const struct backend_container *c)
 {
 	struct sandbox *sb = sandbox_new(type);
 	const char *s;
@@ -121,7 +123,7 @@ restore(json_t *rec, const struct sandbox_type *type, const char *id)
 	sb->name = xstrdup(json_string_value(json_object_get(rec, "name")));
 	snprintf(sb->token, sizeof sb->token, "%s",
 	    json_string_value(json_object_get(rec, "token")));
-	sb->container_id = xstrdup(id);
+	sb->container_id = xstrdup(c->id);
 	if ((s = json_string_value(json_object_get(rec, "image"))) != NULL) {
 		free(sb->image);
 		sb->image = xstrdup(s);
@@ -146,7 +148,7 @@ restore(json_t *rec, const struct sandbox_type *type, const char *id)
 	if (json_is_number(json_object_get(rec, "timeout")))
 		sb->timeout = json_number_value(json_object_get(rec, "timeout"));
 	sb->sock_dir = xasprintf("%s/run/%s", sd.cfg.state_dir, sb->id);
-	sb->agent_addr = xasprintf("unix:%s/agent.sock", sb->sock_dir);
+	sb->agent_addr = xstrdup(c->agent_addr);
 	sandbox_changed(sb);
 	if (sb->port > 0 && ports_reserve(sd.ports, sb->port) < 0)
 		log_warn("adopt: %s keeps port %d, outside PORT_RANGE or taken",
@@ -204,20 +206,31 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 	type = sandbox_types_find(tname);
 	st = json_string_value(json_object_get(rec, "state"));
 	if (type == NULL || json_string_value(json_object_get(rec, "token")) ==
-	    NULL || json_string_value(json_object_get(rec, "id")) == NULL) {
-		remove_container(a, c->id, c->name, "its type is no longer "
-		    "defined");
+	    NULL || json_string_value(json_object_get(rec, "id")) == NULL ||
+	    c->agent_addr == NULL) {
+		remove_container(a, c->id, c->name, type == NULL ? "its type "
+		    "is no longer defined" : "its record or its agent's "
+		    "address is missing");
 		clean_leftovers(a, rec);
 		return;
 	}
-	sb = restore(rec, type, c->id);
+	sb = restore(rec, type, c);
 	if (st != NULL && strcmp(st, "stopped") == 0) {
 		sandbox_set_state(sb, SB_STOPPED);
 		return;
 	}
-	if (c->state == NULL || strcmp(c->state, "running") != 0) {
+	/* Paused whatever the record says (sandboxd may have died before
+	 * it wrote the pause down): the container is what it is. */
+	if (c->state == BACKEND_PAUSED) {
+		sandbox_set_state(sb, SB_PAUSED);
+		metrics_count(M_ADOPTED, sb->type_name);
+		log_info("adopt: took back %s (%s, paused)", sb->name,
+		    sb->type_name);
+		return;
+	}
+	if (c->state != BACKEND_RUNNING) {
 		log_info("adopt: %s is %s: removing it", c->name,
-		    c->state ? c->state : "?");
+		    backend_state_name(c->state));
 		sandbox_set_state(sb, saved_state(st, sb));
 		a->pending++;
 		lifecycle_release(sb, unadopted_cb, a);
@@ -282,8 +295,8 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), 0, list_cb, a);
+	sd.backend->ops->list_ours(sd.backend, state_instance(), 0, list_cb,
+	    a);
 }
 
 static void
@@ -341,6 +354,6 @@ adopt_start(adopt_done_cb done, void *arg)
 	a->done = done;
 	a->arg = arg;
 	a->seen = json_object();
-	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), 0, list_cb, a);
+	sd.backend->ops->list_ours(sd.backend, state_instance(), 0, list_cb,
+	    a);
 }

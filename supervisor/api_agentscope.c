@@ -274,7 +274,7 @@ rpc_stop(struct http_request *req, const char *what, json_t *args)
 }
 
 static void
-status_cb(const char *status, int exit_code, const struct error *err,
+status_cb(enum backend_state state, int exit_code, const struct error *err,
     void *arg)
 {
 	struct rpc *r = arg;
@@ -285,7 +285,7 @@ status_cb(const char *status, int exit_code, const struct error *err,
 	else if (err != NULL)
 		api_reply_rpc_error(r->req, r->what, err);
 	else
-		reply_data(r->req, json_string(status != NULL ? status : "unknown"));
+		reply_data(r->req, json_string(backend_state_name(state)));
 	rpc_free(r);
 }
 
@@ -295,10 +295,10 @@ rpc_get_status(struct http_request *req, const char *what, json_t *args)
 	struct sandbox *sb;
 
 	sb = rpc_sandbox(req, what, args);
-	/* Another instance's Docker: its record says. */
+	/* Another instance's backend: its record says. */
 	if (sb != NULL && shared_is_remote(sb))
 		reply_data(req, json_string(sb->state == SB_RELEASING ?
-		    "released" : "running"));
+		    "released" : sb->state == SB_PAUSED ? "paused" : "running"));
 	else if (sb != NULL && (sb->state == SB_RELEASED ||
 	    sb->container_id == NULL))
 		reply_data(req, json_string(sb->state == SB_RELEASED ?
@@ -336,7 +336,7 @@ rpc_check_health(struct http_request *req, const char *what, json_t *args)
 	sb = rpc_sandbox(req, what, args);
 	if (sb != NULL && (sb->state == SB_RELEASED ||
 	    sb->state == SB_RELEASING || sb->state == SB_STOPPED ||
-	    sb->state == SB_CREATING))
+	    sb->state == SB_PAUSED || sb->state == SB_CREATING))
 		reply_data(req, json_false());
 	else if (sb != NULL)
 		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,

@@ -4,6 +4,9 @@
  *   GET    /v1/sandboxes               list (filtered, paged)
  *   GET    /v1/sandboxes/{id}          the container model
  *   DELETE /v1/sandboxes/{id}          release
+ *   POST   /v1/sandboxes/{id}/pause    freeze it (state "paused")
+ *   POST   /v1/sandboxes/{id}/resume   thaw it
+ *   GET    /v1/sandboxes/{id}/stats    CPU and memory, one sample
  *   ANY    /v1/sandboxes/{id}/agent/{path}   proxy to the agent
  *   POST   /v1/sessions/connect        SandboxService.connect
  *   POST   /v1/sessions/release        SandboxService.release
@@ -101,7 +104,7 @@ route_list(struct http_request *req, void *arg)
 }
 
 static void
-released_cb(struct sandbox *sb, const struct error *err, void *arg)
+model_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	struct http_request *req = arg;
 
@@ -130,7 +133,52 @@ sandbox_proxy(struct http_request *req, struct sandbox *sb, const char *id,
 	}
 }
 
-/* GET and DELETE /v1/sandboxes/{id}{rest}: the BEARER_TOKEN only. */
+static void
+stats_cb(struct sandbox *sb, const struct sandbox_stats *st,
+    const struct error *err, void *arg)
+{
+	struct http_request *req = arg;
+
+	(void)sb;
+	if (err != NULL)
+		sandboxd_reply_error(req, err);
+	else
+		http_reply_json(req, 200, json_pack("{s:I,s:f,s:I,s:I,s:I}",
+		    "cpu_count", (json_int_t)st->cpu_count, "cpu_used_pct",
+		    st->cpu_used_pct, "mem_used", (json_int_t)st->mem_used,
+		    "mem_total", (json_int_t)st->mem_total, "mem_cache",
+		    (json_int_t)st->mem_cache));
+}
+
+/* The part of rest before its query. */
+static int
+rest_is(const char *rest, const char *what)
+{
+	size_t n = strlen(what);
+
+	return strncmp(rest, what, n) == 0 && (rest[n] == '\0' ||
+	    rest[n] == '?');
+}
+
+/* /v1/sandboxes/{id}/pause, /resume, /stats: the BEARER_TOKEN only. */
+static void
+sandbox_action(struct http_request *req, struct sandbox *sb,
+    const char *rest)
+{
+	enum http_verb method = http_request_method(req);
+
+	if (rest_is(rest, "/stats") && method == HTTP_METHOD_GET)
+		lifecycle_stats(sb, stats_cb, req);
+	else if (rest_is(rest, "/pause") && method == HTTP_METHOD_POST)
+		lifecycle_pause(sb, model_cb, req);
+	else if (rest_is(rest, "/resume") && method == HTTP_METHOD_POST)
+		lifecycle_resume(sb, model_cb, req);
+	else
+		http_reply_error(req, 405, "Method Not Allowed");
+}
+
+/* GET and DELETE /v1/sandboxes/{id}, and its actions: the BEARER_TOKEN
+ * only. */
 static void
 sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
     const char *rest)
@@ -139,15 +187,18 @@ sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
 
 	if (!proxy_authorized(req, NULL)) {
 		http_reply_error(req, 401, "Authentication required");
-	} else if (*rest != '\0' && *rest != '?') {
+	} else if (*rest != '\0' && *rest != '?' && !rest_is(rest, "/stats") &&
+	    !rest_is(rest, "/pause") && !rest_is(rest, "/resume")) {
 		http_reply_error(req, 404, "Not Found");
 	} else if (sb == NULL) {
 		http_reply_error(req, 404, "no sandbox %s", id);
+	} else if (*rest == '/') {
+		sandbox_action(req, sb, rest);
 	} else if (method == HTTP_METHOD_GET) {
 		sessions_touch_sandbox(sb);
 		http_reply_json(req, 200, sandbox_model(sb));
 	} else if (method == HTTP_METHOD_DELETE) {
-		lifecycle_release(sb, released_cb, req);
+		lifecycle_release(sb, model_cb, req);
 	} else {
 		http_reply_error(req, 405, "Method Not Allowed");
 	}

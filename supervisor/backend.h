@@ -1,11 +1,14 @@
 /*
- * What sandboxd needs from a container engine, asynchronously: create and
- * start a container from a spec, remove, start, stop, inspect, list ours,
- * and read a container's last log lines. The Docker Engine API is the first
- * backend (backend_docker.c); a daemonless OCI runtime or Kubernetes would
- * be others behind the same operations. Each operation answers through its
- * callback after it returned, never before, also when it fails at once
- * (sandboxd.h's contract).
+ * What sandboxd needs from whatever runs its sandboxes, asynchronously:
+ * create and start one from a spec, remove, start, stop, pause, resume,
+ * ask its state or one sample of what it uses, list ours, read its last
+ * log lines. The seam speaks of sandboxes, mounts, networks and limits;
+ * one engine's words (Docker's bind strings, labels, id prefixes, version
+ * quirks) stay behind its implementation: backend_docker.c first (the
+ * Docker Engine API), a daemonless OCI runtime or Kubernetes later.
+ * backend_new picks one by CONTAINER_DEPLOYMENT. Each operation answers
+ * through its callback after it returned, never before, also when it
+ * fails at once (sandboxd.h's contract).
  */
 #ifndef BACKEND_H
 #define BACKEND_H
@@ -13,85 +16,147 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "config.h"
 #include "error.h"
 
 struct event_base;
 struct backend;
+struct sandboxd_config;
 
 /* Told, with the create's arg, when a create leaves sandboxd's queue for
  * the engine (a progress note: it may run before create returned). */
 typedef void (*backend_sent_cb)(void *arg);
 
-/* What to run; strings are borrowed for the duration of the call. */
+enum backend_network {
+	BACKEND_NET_NONE,		/* loopback only */
+	BACKEND_NET_BRIDGE,		/* outbound, behind the host's NAT */
+};
+
+/* What a sandbox is doing, as its engine sees it. */
+enum backend_state {
+	BACKEND_CREATED,		/* made, never started */
+	BACKEND_RUNNING,
+	BACKEND_PAUSED,			/* frozen: its processes get no CPU */
+	BACKEND_EXITED,			/* stopped, or its first process died */
+	BACKEND_DEAD,			/* anything else: going, broken */
+};
+
+/* "created", "running", "paused", "exited", "dead": what get_status
+ * answers. */
+const char *backend_state_name(enum backend_state state);
+
+/* A host directory seen inside the sandbox. */
+struct backend_mount {
+	const char *host;
+	const char *target;
+	int readonly;
+};
+
+/* What to run; everything is borrowed for the duration of the call. */
 struct backend_spec {
 	const char *name;
 	const char *image;
-	const char *const *cmd;		/* agent arguments, NULL-terminated */
-	const char *const *env;		/* "K=V", NULL-terminated */
-	json_t *labels;			/* object of strings, borrowed */
-	const char *const *binds;	/* "host:container[:ro]", NULL-term. */
-	int64_t memory;
-	int64_t nano_cpus;
-	int64_t pids;
-	const char *network;		/* "none" or "bridge" */
-	const struct config_list *cap_add;
+	/* Whose it is: list_ours(instance) finds it. The sandbox's id, type
+	 * and session (may be NULL) are shown on it for a person. */
+	const char *instance;
+	const char *sandbox_id;
+	const char *type;
+	const char *session;
+	const char *const *args;	/* agent arguments, NULL-terminated;
+					 * where it listens is the backend's */
 	const struct config_list *entrypoint;	/* empty: the image's */
-	int host_port;			/* publish container_port here; 0: no */
+	const char *const *env;		/* "K=V", NULL-terminated */
+	const struct backend_mount *mounts;
+	size_t nmounts;
+	/* A host directory, made and removed by the caller, where the agent
+	 * puts its unix socket. */
+	const char *agent_dir;
+	int64_t memory;			/* bytes; 0: no limit */
+	int64_t nano_cpus;		/* 1e9 per CPU; 0: no limit */
+	int64_t pids;			/* 0: no limit */
+	enum backend_network network;
+	const struct config_list *cap_add;	/* on top of none */
+	int host_port;			/* publish the agent's TCP port here
+					 * (bridge only); 0: no */
 	const char *host_ip;		/* on this address; NULL: 127.0.0.1 */
-	int container_port;
 	backend_sent_cb sent;		/* may be NULL */
 };
 
-/* A container as listed: ids and labels (borrowed, valid in the callback). */
+/* A sandbox as listed; strings borrowed, valid in the callback. */
 struct backend_container {
 	const char *id;
-	const char *name;		/* without Docker's leading '/' */
-	const char *state;		/* "running", "exited", ... */
-	json_t *labels;
+	const char *name;
+	enum backend_state state;
+	const char *agent_addr;		/* where its agent answers; NULL:
+					 * the backend cannot tell */
 };
 
-typedef void (*backend_id_cb)(const char *id, const struct error *err,
-    void *arg);
+/* One sample of what a sandbox uses. */
+struct backend_stats {
+	uint64_t cpu_ns;		/* CPU time since it started */
+	unsigned cpus;			/* CPUs it may run on (no limit) */
+	int64_t mem_used;		/* bytes, page cache it can drop aside */
+	int64_t mem_limit;		/* its limit, or the host's memory */
+	int64_t mem_cache;		/* page cache */
+};
+
+/* id is set even when the start failed (err), so the caller can remove
+ * what was made; agent_addr ("unix:PATH" or "HOST:PORT") with it. */
+typedef void (*backend_created_cb)(const char *id, const char *agent_addr,
+    const struct error *err, void *arg);
 typedef void (*backend_done_cb)(const struct error *err, void *arg);
-/* status: "running", "exited", ... (NULL with err) */
-typedef void (*backend_status_cb)(const char *status, int exit_code,
+/* err 404: no such sandbox. */
+typedef void (*backend_status_cb)(enum backend_state state, int exit_code,
     const struct error *err, void *arg);
 typedef void (*backend_list_cb)(const struct backend_container *v, size_t n,
     const struct error *err, void *arg);
 /* The last lines of output, NUL-terminated (NULL with err). */
 typedef void (*backend_logs_cb)(const char *text, const struct error *err,
     void *arg);
+typedef void (*backend_stats_cb)(const struct backend_stats *stats,
+    const struct error *err, void *arg);
 
+/* Where an id is asked for, the sandbox's name does too (a create whose
+ * answer was lost). */
 struct backend_ops {
-	const char *name;
-	/* Create and start; id is set even when the start failed (err), so
-	 * the caller can remove what was made. */
+	const char *name;		/* its CONTAINER_DEPLOYMENT */
 	void (*create)(struct backend *b, const struct backend_spec *spec,
-	    backend_id_cb done, void *arg);
-	/* Force-remove with its anonymous volumes; a missing one is fine. */
+	    backend_created_cb done, void *arg);
+	/* Remove, whatever its state, with what only it used; a missing
+	 * one is fine. */
 	void (*remove)(struct backend *b, const char *id, backend_done_cb done,
 	    void *arg);
+	/* Starting a running one and stopping a stopped one succeed. */
 	void (*start)(struct backend *b, const char *id, backend_done_cb done,
 	    void *arg);
 	void (*stop)(struct backend *b, const char *id, double timeout,
 	    backend_done_cb done, void *arg);
+	/* Freeze and thaw every process of it, memory kept; 409 when it is
+	 * paused already / not paused. */
+	void (*pause)(struct backend *b, const char *id, backend_done_cb done,
+	    void *arg);
+	void (*resume)(struct backend *b, const char *id, backend_done_cb done,
+	    void *arg);
 	void (*status)(struct backend *b, const char *id, backend_status_cb done,
 	    void *arg);
-	/* Containers carrying label=value: in all states, or only those
-	 * not running (what a health round looks for: Docker answers in a
-	 * few bytes instead of ~1.7 KB a container). */
-	void (*list)(struct backend *b, const char *label, const char *value,
+	void (*stats)(struct backend *b, const char *id, backend_stats_cb done,
+	    void *arg);
+	/* The sandboxes created for instance: in every state, or only those
+	 * not running (what a health round looks for, much cheaper at
+	 * scale where the engine filters). */
+	void (*list_ours)(struct backend *b, const char *instance,
 	    int not_running, backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,
 	    backend_logs_cb done, void *arg);
-	/* Engine calls at once from now on, and of them stops and removes
-	 * (0: as many as the engine takes safely); answers the latter
-	 * (shutdown widens both). */
-	size_t (*set_parallel)(struct backend *b, size_t max_inflight,
-	    size_t max_ends);
+	/* Whether a client's identity, not id itself, names id (Docker: a
+	 * prefix of 12 hex digits or more). Pure: no engine call. */
+	int (*id_abbreviates)(const char *id, const char *identity);
+	/* Shutdown removes everything: want at once (0: as many as the
+	 * engine takes safely); answers how many at once it will be. */
+	size_t (*widen_for_shutdown)(struct backend *b, size_t want);
+	/* Shutdown's removals have made no progress for seconds: log what
+	 * may be wrong with the engine. */
+	void (*stalled)(struct backend *b, double seconds);
 	/* Give up every operation under way or waiting: each callback runs
 	 * now with an error naming why (an exit that cannot wait). */
 	void (*abort)(struct backend *b, const char *why);
@@ -104,10 +169,17 @@ struct backend {
 	void *impl;
 };
 
-/* DOCKER_HOST is unix:///path; at most max_inflight Engine API calls at
- * once, of which max_ends stop or remove a container (0: one at a time on
- * a Docker whose libnetwork deadlocks when exits overlap, else all). */
+/* 0 when kind is a CONTAINER_DEPLOYMENT sandboxd has, else -1 with err
+ * naming the key and the kinds there are. */
+int backend_check_kind(const char *kind, struct error *err);
+/* The backend of kind, set up from cfg; NULL with err (naming the key at
+ * fault). */
+struct backend *backend_new(const char *kind, struct event_base *base,
+    const struct sandboxd_config *cfg, struct error *err);
+
+/* backend_docker.c: DOCKER_HOST, SANDBOXD_DOCKER_PARALLEL and
+ * SANDBOXD_REMOVE_PARALLEL of cfg. */
 struct backend *backend_docker_new(struct event_base *base,
-    const char *docker_host, size_t max_inflight, size_t max_ends);
+    const struct sandboxd_config *cfg, struct error *err);
 
 #endif

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -609,11 +610,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	}
 	if (c->deployment == NULL)
 		c->deployment = xstrdup("docker");
-	if (strcmp(c->deployment, "docker") != 0) {
-		error_set(err, 400, "CONTAINER_DEPLOYMENT: '%s' is not supported "
-		    "(only docker so far)", c->deployment);
+	if (backend_check_kind(c->deployment, err) < 0)
 		return -1;
-	}
 	if (validate_redis(c, err) < 0)
 		return -1;
 	if (c->port_range == NULL)

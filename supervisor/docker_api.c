@@ -454,6 +454,28 @@ docker_container_inspect(struct docker *d, const char *id, docker_cb done,
 }
 
 void
+docker_container_pause(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "POST", id, "/pause", "pause", 0, done, arg);
+}
+
+void
+docker_container_unpause(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "POST", id, "/unpause", "unpause", 0, done, arg);
+}
+
+void
+docker_container_stats(struct docker *d, const char *id, docker_cb done,
+    void *arg)
+{
+	simple(d, "GET", id, "/stats?stream=false&one-shot=true", "stats", 0,
+	    done, arg);
+}
+
+void
 docker_version(struct docker *d, docker_cb done, void *arg)
 {
 	call(d, "GET", "/version", NULL, "version", 0, done, arg);

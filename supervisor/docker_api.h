@@ -61,6 +61,16 @@ void docker_version(struct docker *d, docker_cb done, void *arg);
 int docker_exits_may_deadlock(const char *version);
 void docker_container_inspect(struct docker *d, const char *id,
     docker_cb done, void *arg);
+/* POST /containers/ID/pause and /unpause: the cgroup freezer; 409 when
+ * it is paused already / not paused. */
+void docker_container_pause(struct docker *d, const char *id, docker_cb done,
+    void *arg);
+void docker_container_unpause(struct docker *d, const char *id,
+    docker_cb done, void *arg);
+/* GET /containers/ID/stats?stream=false&one-shot=true: one sample, at
+ * once (without one-shot the daemon waits a second for a second one). */
+void docker_container_stats(struct docker *d, const char *id, docker_cb done,
+    void *arg);
 /* GET /containers/json?all=1&filters={"label":["LABEL=VALUE"]}, with
  * not_running also "status": every state but running. */
 void docker_container_list(struct docker *d, const char *label,

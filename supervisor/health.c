@@ -1,7 +1,8 @@
 /*
  * Health: one probe asks an agent for /healthz with its token; a round,
- * every SANDBOXD_HEALTH_INTERVAL seconds, asks Docker in one call which of
- * our containers are not running and probes each ready sandbox. A warm
+ * every SANDBOXD_HEALTH_INTERVAL seconds, asks the backend in one call
+ * which of our containers are not running and probes each ready sandbox
+ * (a paused one is not: its agent is frozen on purpose). A warm
  * (pool) sandbox whose container died or whose agent stopped answering is
  * released, and the pool makes a new one; a sandbox in use is marked
  * unhealthy and reported, never swapped behind its user's back.
@@ -275,11 +276,11 @@ listed_cb(const struct backend_container *v, size_t n,
 			    compare_containers);
 		/* Missing from a list of the stopped ones: running. */
 		if (err == NULL && (c != NULL || round_full) && (c == NULL ||
-		    c->state == NULL || strcmp(c->state, "running") != 0)) {
+		    c->state != BACKEND_RUNNING)) {
 			char why[128];
 
 			snprintf(why, sizeof why, "its container is %s",
-			    c == NULL ? "gone" : c->state ? c->state : "?");
+			    c == NULL ? "gone" : backend_state_name(c->state));
 			sb->health_failures = HEALTH_FAILURES;
 			failed(sb, why);
 			continue;
@@ -306,8 +307,8 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 	round_running = 1;
 	round_listed_at = sandboxd_now();
 	round_full = round_count++ % FULL_LIST_EVERY == 0;
-	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), !round_full, listed_cb, NULL);
+	sd.backend->ops->list_ours(sd.backend, state_instance(), !round_full,
+	    listed_cb, NULL);
 }
 
 void

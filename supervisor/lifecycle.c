@@ -2,7 +2,8 @@
  * The life of a sandbox: create (lifecycle_create.c: workspace, socket
  * directory, container, then wait until its agent answers /healthz with
  * its token), release (remove the container, keep or delete the workspace,
- * give the port back), start and stop. Each is a chain of callbacks; one
+ * give the port back), start, stop, pause and resume, and a sample of what
+ * a sandbox uses (stats). Each is a chain of callbacks; one
  * operation runs per sandbox at a time (struct lifecycle_op, here), and a
  * release asked for meanwhile runs right after. Their done callbacks run
  * after lifecycle_* returned, also with an answer at hand (already
@@ -10,6 +11,7 @@
  */
 #include "sandboxd.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 
 #include <event2/event.h>
@@ -138,6 +140,23 @@ answer_later(struct sandbox *sb, sandbox_done_cb done, void *arg,
 	sandboxd_defer(early_answer_cb, a);
 }
 
+/* answer_later with a 409 saying why. */
+static void refuse(struct sandbox *sb, sandbox_done_cb done, void *arg,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+refuse(struct sandbox *sb, sandbox_done_cb done, void *arg, const char *fmt,
+    ...)
+{
+	struct error err;
+	va_list ap;
+
+	va_start(ap, fmt);
+	error_vset(&err, 409, fmt, ap);
+	va_end(ap);
+	answer_later(sb, done, arg, &err);
+}
+
 /* Releasing. */
 
 static void
@@ -207,8 +226,8 @@ begin_release(struct sandbox *sb)
 
 	sandbox_set_state(sb, SB_RELEASING);
 	desktop_relay_close_sandbox(sb);
-	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, removed_cb, op);
+	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
+	    removed_cb, op);
 }
 
 void
@@ -235,28 +254,25 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	begin_release(sb);
 }
 
-/* Starting and stopping. */
+/* Starting, stopping, pausing and resuming. */
 
+/* 0 when sb is ours, released or not, and idle, else -1 and done gets
+ * why (409). */
 static int
-busy_error(struct sandbox *sb, sandbox_done_cb done, void *arg)
+busy_error(struct sandbox *sb, const char *verb, sandbox_done_cb done,
+    void *arg)
 {
-	struct error err;
-
-	if (shared_is_remote(sb)) {
-		/* Only the owner talks to its Docker. */
-		error_set(&err, 409, "sandbox %s belongs to sandboxd instance "
-		    "%s; start or stop it there", sb->name, sb->owner);
-		answer_later(sb, done, arg, &err);
-		return -1;
-	}
-	if (sb->op == NULL && sb->state != SB_RELEASED)
+	if (shared_is_remote(sb))
+		/* Only the owner talks to its backend. */
+		refuse(sb, done, arg, "sandbox %s belongs to sandboxd instance "
+		    "%s; %s it there", sb->name, sb->owner, verb);
+	else if (sb->op == NULL && sb->state != SB_RELEASED)
 		return 0;
-	if (sb->state == SB_RELEASED || sb->state == SB_RELEASING)
-		error_set(&err, 409, "sandbox %s is released", sb->name);
+	else if (sb->state == SB_RELEASED || sb->state == SB_RELEASING)
+		refuse(sb, done, arg, "sandbox %s is released", sb->name);
 	else
-		error_set(&err, 409, "sandbox %s is busy (%s)", sb->name,
+		refuse(sb, done, arg, "sandbox %s is busy (%s)", sb->name,
 		    sandbox_state_name(sb->state));
-	answer_later(sb, done, arg, &err);
 	return -1;
 }
 
@@ -277,11 +293,17 @@ lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct lifecycle_op *op;
 
-	if (busy_error(sb, done, arg) < 0)
+	if (busy_error(sb, "start", done, arg) < 0)
 		return;
+	if (sb->state == SB_PAUSED) {
+		/* The engine would refuse, and the sandbox is not at fault. */
+		refuse(sb, done, arg, "sandbox %s is paused; resume it",
+		    sb->name);
+		return;
+	}
 	op = lifecycle_op_new(sb, OP_START, done, arg);
-	sd.backend->ops->start(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, backend_started_cb, op);
+	sd.backend->ops->start(sd.backend, lifecycle_backend_id(sb),
+	    backend_started_cb, op);
 }
 
 static void
@@ -300,9 +322,166 @@ lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct lifecycle_op *op;
 
-	if (busy_error(sb, done, arg) < 0)
+	if (busy_error(sb, "stop", done, arg) < 0)
 		return;
 	op = lifecycle_op_new(sb, OP_STOP, done, arg);
-	sd.backend->ops->stop(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, 2, backend_stopped_cb, op);
+	sd.backend->ops->stop(sd.backend, lifecycle_backend_id(sb), 2,
+	    backend_stopped_cb, op);
+}
+
+static void
+backend_paused_cb(const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	if (err == NULL) {
+		sandbox_set_state(op->sb, SB_PAUSED);
+		log_info("sandbox %s paused", op->sb->name);
+	}
+	op->done(op->sb, err, op->arg);
+	lifecycle_op_end(op);
+}
+
+void
+lifecycle_pause(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct lifecycle_op *op;
+
+	if (busy_error(sb, "pause", done, arg) < 0)
+		return;
+	if (sb->state == SB_PAUSED) {
+		refuse(sb, done, arg, "sandbox %s is already paused", sb->name);
+		return;
+	}
+	if (sb->state != SB_RUNNING && sb->state != SB_UNHEALTHY) {
+		refuse(sb, done, arg, "sandbox %s is %s; only one in use "
+		    "pauses", sb->name, sandbox_state_name(sb->state));
+		return;
+	}
+	op = lifecycle_op_new(sb, OP_PAUSE, done, arg);
+	sd.backend->ops->pause(sd.backend, lifecycle_backend_id(sb),
+	    backend_paused_cb, op);
+}
+
+static void
+backend_resumed_cb(const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+
+	/* Still frozen: as it was. */
+	if (err != NULL) {
+		op->done(op->sb, err, op->arg);
+		lifecycle_op_end(op);
+		return;
+	}
+	log_info("sandbox %s resumed", op->sb->name);
+	op->sb->health_failures = 0;
+	lifecycle_wait_healthy(op);
+}
+
+void
+lifecycle_resume(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct lifecycle_op *op;
+
+	if (busy_error(sb, "resume", done, arg) < 0)
+		return;
+	if (sb->state != SB_PAUSED) {
+		refuse(sb, done, arg, "sandbox %s is not paused (%s)", sb->name,
+		    sandbox_state_name(sb->state));
+		return;
+	}
+	/* Its session's idle clock starts again now. */
+	sessions_touch_sandbox(sb);
+	op = lifecycle_op_new(sb, OP_RESUME, done, arg);
+	sd.backend->ops->resume(sd.backend, lifecycle_backend_id(sb),
+	    backend_resumed_cb, op);
+}
+
+/* A sample on its way; holds a reference to its sandbox. */
+struct stats_call {
+	struct sandbox *sb;
+	sandbox_stats_cb done;
+	void *arg;
+	struct error err;	/* refused before the backend was asked */
+};
+
+static void
+stats_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct stats_call *c = arg;
+
+	(void)fd;
+	(void)what;
+	c->done(c->sb, NULL, &c->err, c->arg);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
+/* The share of its CPUs sb used since the last sample (or since it was
+ * created or started), which this one becomes. */
+static double
+cpu_used_pct(struct sandbox *sb, const struct backend_stats *bs,
+    double cpus)
+{
+	double now = sandboxd_monotonic(), pct = 0;
+
+	if (sb->cpu_at > 0 && now > sb->cpu_at && bs->cpu_ns >= sb->cpu_ns)
+		pct = 100.0 * (double)(bs->cpu_ns - sb->cpu_ns) /
+		    ((now - sb->cpu_at) * 1e9 * cpus);
+	sb->cpu_ns = bs->cpu_ns;
+	sb->cpu_at = now;
+	return pct > 100 ? 100 : pct;
+}
+
+static void
+sampled_cb(const struct backend_stats *bs, const struct error *err,
+    void *arg)
+{
+	struct stats_call *c = arg;
+	struct sandbox *sb = c->sb;
+	struct sandbox_stats st = { 0 };
+	double cpus;
+
+	if (err != NULL) {
+		c->done(sb, NULL, err, c->arg);
+	} else {
+		/* The type's CPU limit where it has one, else the host's. */
+		cpus = sb->type != NULL && sb->type->nano_cpus > 0 ?
+		    (double)sb->type->nano_cpus / 1e9 : (double)bs->cpus;
+		st.cpu_count = (unsigned)cpus;
+		if ((double)st.cpu_count < cpus)
+			st.cpu_count++;
+		st.cpu_used_pct = cpu_used_pct(sb, bs, cpus);
+		st.mem_used = bs->mem_used;
+		st.mem_total = bs->mem_limit;
+		st.mem_cache = bs->mem_cache;
+		c->done(sb, &st, NULL, c->arg);
+	}
+	sandbox_unref(sb);
+	free(c);
+}
+
+void
+lifecycle_stats(struct sandbox *sb, sandbox_stats_cb done, void *arg)
+{
+	struct stats_call *c = xcalloc(1, sizeof *c);
+
+	c->sb = sb;
+	c->done = done;
+	c->arg = arg;
+	sandbox_ref(sb);
+	if (shared_is_remote(sb)) {
+		error_set(&c->err, 409, "sandbox %s belongs to sandboxd instance "
+		    "%s; ask it there", sb->name, sb->owner);
+	} else if (sb->container_id == NULL || sb->state == SB_CREATING ||
+	    sb->state == SB_RELEASING || sb->state == SB_RELEASED) {
+		error_set(&c->err, 409, "sandbox %s is %s", sb->name,
+		    sandbox_state_name(sb->state));
+	} else {
+		sd.backend->ops->stats(sd.backend, sb->container_id,
+		    sampled_cb, c);
+		return;
+	}
+	sandboxd_defer(stats_refused_cb, c);
 }

@@ -19,9 +19,6 @@
 #include "log.h"
 #include "xmalloc.h"
 
-/* Where the agent's socket directory appears inside the container. */
-#define AGENT_SOCK_DIR "/run/sandbox-agent"
-#define AGENT_PORT 8000
 /* How often a starting container is asked whether it died. */
 #define STATUS_CHECK_INTERVAL 0.5
 #define PROBE_TIMEOUT 2.0
@@ -76,9 +73,14 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
 	struct lifecycle_op *op = arg;
 
-	(void)sb;
 	(void)why;
 	if (ok) {
+		/* The engine counts its CPU time from its start, not from a
+		 * resume (lifecycle_stats). */
+		if (op->kind != OP_RESUME) {
+			sb->cpu_ns = 0;
+			sb->cpu_at = sandboxd_monotonic();
+		}
 		if (op->kind == OP_CREATE) {
 			create_succeeded(op);
 		} else {
@@ -132,7 +134,7 @@ logs_cb(const char *text, const struct error *err, void *arg)
 }
 
 static void
-status_cb(const char *status, int exit_code, const struct error *err,
+status_cb(enum backend_state state, int exit_code, const struct error *err,
     void *arg)
 {
 	struct lifecycle_op *op = arg;
@@ -142,11 +144,10 @@ status_cb(const char *status, int exit_code, const struct error *err,
 	/* The limit is the agent's, from its container's start: time the
 	 * status answer took (Docker busy with other calls) is not. */
 	op->deadline += sandboxd_now() - op->status_sent;
-	if (err == NULL && status != NULL && strcmp(status, "running") != 0 &&
-	    strcmp(status, "created") != 0) {
+	if (err == NULL && state != BACKEND_RUNNING && state != BACKEND_CREATED) {
 		error_set(&op->err, 502, "sandbox %s: the container is %s (exit "
-		    "code %d) before its agent answered", sb->name, status,
-		    exit_code);
+		    "code %d) before its agent answered", sb->name,
+		    backend_state_name(state), exit_code);
 		sd.backend->ops->logs(sd.backend, sb->container_id, 5, logs_cb,
 		    op);
 		return;
@@ -220,7 +221,8 @@ lifecycle_wait_healthy(struct lifecycle_op *op)
 }
 
 static void
-created_cb(const char *id, const struct error *err, void *arg)
+created_cb(const char *id, const char *agent_addr, const struct error *err,
+    void *arg)
 {
 	struct lifecycle_op *op = arg;
 	struct sandbox *sb = op->sb;
@@ -230,6 +232,8 @@ created_cb(const char *id, const struct error *err, void *arg)
 		sandbox_changed(sb);
 		state_dirty();
 	}
+	if (agent_addr != NULL && sb->agent_addr == NULL)
+		sb->agent_addr = xstrdup(agent_addr);
 	if (err != NULL) {
 		struct error e = *err;
 
@@ -245,17 +249,6 @@ created_cb(const char *id, const struct error *err, void *arg)
 		return;
 	}
 	lifecycle_wait_healthy(op);
-}
-
-static json_t *
-labels(const struct sandbox *sb)
-{
-	return json_pack("{s:s,s:s,s:s,s:s,s:s}",
-	    "io.agentscope.sandboxd", "1",
-	    "io.agentscope.sandboxd.instance", state_instance(),
-	    "io.agentscope.sandboxd.id", sb->id,
-	    "io.agentscope.sandboxd.type", sb->type_name,
-	    "io.agentscope.sandboxd.session", sb->session ? sb->session : "");
 }
 
 /* The type's cap_add, and with run_as what the agent (root) needs to
@@ -300,19 +293,14 @@ start_container(struct lifecycle_op *op)
 	struct sandbox *sb = op->sb;
 	const struct sandbox_type *t = sb->type;
 	struct backend_spec spec = { 0 };
-	const char **cmd = NULL, **env = NULL, **binds = NULL;
-	size_t ncmd = 0, nenv = 0, nbinds = 0;
+	struct backend_mount *mounts;
+	const char **cmd = NULL, **env = NULL;
+	size_t ncmd = 0, nenv = 0;
 	struct config_list own = { 0 }, caps = { 0 };
 	const char *k;
 	json_t *v;
 
 	run_as_caps(t, &caps);
-	append(&cmd, &ncmd, "--listen");
-	append(&cmd, &ncmd, "unix:" AGENT_SOCK_DIR "/agent.sock");
-	if (sb->port > 0) {
-		append(&cmd, &ncmd, "--listen");
-		append(&cmd, &ncmd, "0.0.0.0:8000");
-	}
 	if (t->tools != NULL) {
 		append(&cmd, &ncmd, "--tools");
 		append(&cmd, &ncmd, t->tools);
@@ -356,49 +344,39 @@ start_container(struct lifecycle_op *op)
 	}
 	for (size_t i = 0; i < own.n; i++)
 		append(&env, &nenv, own.v[i]);
-	{
-		char *ws = xasprintf("%s:/workspace:rw", sb->mount_dir);
-		char *sock = xasprintf("%s:" AGENT_SOCK_DIR ":rw", sb->sock_dir);
-
-		config_list_add(&own, ws);
-		config_list_add(&own, sock);
-		append(&binds, &nbinds, own.v[own.n - 2]);
-		append(&binds, &nbinds, own.v[own.n - 1]);
-		free(ws);
-		free(sock);
-	}
-	for (size_t i = 0; i < sd.cfg.nro_mounts; i++) {
-		char *m = xasprintf("%s:%s:ro", sd.cfg.ro_mounts[i].host,
-		    sd.cfg.ro_mounts[i].container);
-
-		config_list_add(&own, m);
-		append(&binds, &nbinds, own.v[own.n - 1]);
-		free(m);
-	}
+	mounts = xreallocarray(NULL, sd.cfg.nro_mounts + 1, sizeof *mounts);
+	mounts[0] = (struct backend_mount){ sb->mount_dir, "/workspace", 0 };
+	for (size_t i = 0; i < sd.cfg.nro_mounts; i++)
+		mounts[i + 1] = (struct backend_mount){ sd.cfg.ro_mounts[i].host,
+		    sd.cfg.ro_mounts[i].container, 1 };
 
 	spec.name = sb->name;
 	spec.image = sb->image;
-	spec.cmd = cmd;
+	spec.instance = state_instance();
+	spec.sandbox_id = sb->id;
+	spec.type = sb->type_name;
+	spec.session = sb->session;
+	spec.args = cmd;
+	spec.entrypoint = &t->entrypoint;
 	spec.env = env;
-	spec.labels = labels(sb);
-	spec.binds = binds;
+	spec.mounts = mounts;
+	spec.nmounts = sd.cfg.nro_mounts + 1;
+	spec.agent_dir = sb->sock_dir;
 	spec.memory = t->memory;
 	spec.nano_cpus = t->nano_cpus;
 	spec.pids = t->pids;
-	spec.network = t->network;
+	spec.network = strcmp(t->network, "bridge") == 0 ? BACKEND_NET_BRIDGE :
+	    BACKEND_NET_NONE;
 	spec.cap_add = &caps;
-	spec.entrypoint = &t->entrypoint;
 	spec.host_port = sb->port;
 	/* Other hosts' instances reach it there (REDIS_ENABLED). */
 	spec.host_ip = sd.cfg.redis_enabled ? sd.cfg.advertise_addr : NULL;
-	spec.container_port = AGENT_PORT;
 	spec.sent = create_sent_cb;
 	op->queued = sandboxd_now();
 	sd.backend->ops->create(sd.backend, &spec, created_cb, op);
-	json_decref(spec.labels);
 	free(cmd);
 	free(env);
-	free(binds);
+	free(mounts);
 	/* The token was in there. */
 	explicit_bzero(own.v[0], strlen(own.v[0]));
 	config_list_free(&own);
@@ -486,8 +464,8 @@ create_failed(struct lifecycle_op *op, const struct error *err)
 	sandbox_changed(sb);
 	/* Also when Docker failed to answer the create: it may still have
 	 * made the container, which has our name. */
-	sd.backend->ops->remove(sd.backend, sb->container_id != NULL ?
-	    sb->container_id : sb->name, undo_container_cb, op);
+	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
+	    undo_container_cb, op);
 }
 
 /* Environment values: strings (numbers and booleans are written out);
@@ -684,7 +662,6 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		sandbox_forget(sb);
 		return NULL;
 	}
-	sb->agent_addr = xasprintf("unix:%s/agent.sock", sb->sock_dir);
 	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);

@@ -1,7 +1,7 @@
 /*
  * What lifecycle.c (operations, waiters, release, start, stop) and
  * lifecycle_create.c (create, and the wait for a new agent that a start
- * also uses) share: one operation in progress per sandbox.
+ * and a resume also use) share: one operation in progress per sandbox.
  */
 #ifndef LIFECYCLE_INTERNAL_H
 #define LIFECYCLE_INTERNAL_H
@@ -15,6 +15,8 @@ enum lifecycle_op_kind {
 	OP_RELEASE,
 	OP_START,
 	OP_STOP,
+	OP_PAUSE,
+	OP_RESUME,
 };
 
 /* The operation in progress on a sandbox; holds a reference to it. Freed
@@ -38,6 +40,14 @@ struct lifecycle_op {
 	enum sandbox_state prev_state;
 	struct error err;
 };
+
+/* What the backend knows sb by: its id, or before the create answered its
+ * name (the container may exist under it). */
+static inline const char *
+lifecycle_backend_id(const struct sandbox *sb)
+{
+	return sb->container_id != NULL ? sb->container_id : sb->name;
+}
 
 /* lifecycle.c */
 /* Begin an operation on sb (which it references): sb->op. */

@@ -22,12 +22,10 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
-/* Removals at once at shutdown on an engine that takes them (auto). */
-#define SHUTDOWN_PARALLEL_AUTO 32
 /* Seconds between "removed N of M" lines while shutdown removes. */
 #define SHUTDOWN_PROGRESS_EVERY 2.0
 /* No removal done for this long (or half the shutdown timeout, when
- * shorter): say Docker looks stuck, once. */
+ * shorter): the backend says what may be stuck, once. */
 #define SHUTDOWN_STALL 30.0
 
 struct sandboxd sd;
@@ -156,12 +154,7 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		shutdown_last_done = now;
 	} else if (shutdown_total > 0 && lifecycle_busy() > 0 &&
 	    !shutdown_stall_said && now - shutdown_last_done >= stall) {
-		/* Seen with Debian's docker.io 20.10.24 after a few hundred
-		 * removals: a libnetwork deadlock (moby/moby#46661, fixed in
-		 * 20.10.27) leaves every later DELETE unanswered. */
-		log_warn("shutdown: Docker has finished no removal in %.0f s; "
-		    "the daemon may be stuck (its goroutine dump: SIGUSR1 to "
-		    "dockerd)", stall);
+		sd.backend->ops->stalled(sd.backend, stall);
 		shutdown_stall_said = 1;
 	}
 	if (lifecycle_busy() > 0 && now < shutdown_deadline)
@@ -196,8 +189,8 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 	if (shutdown_total > 0)
 		shutdown_progress();
 	sweeping = 1;
-	sd.backend->ops->list(sd.backend, "io.agentscope.sandboxd.instance",
-	    state_instance(), 0, sweep_cb, NULL);
+	sd.backend->ops->list_ours(sd.backend, state_instance(), 0, sweep_cb,
+	    NULL);
 }
 
 static void
@@ -244,17 +237,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
 	shutdown_last_done = shutdown_began;
 	if (sd.cfg.auto_cleanup) {
-		/* Removals are force removes (no stop, no grace period) and
-		 * nothing else waits on Docker now: SANDBOXD_SHUTDOWN_PARALLEL
-		 * of them at once (auto: SHUTDOWN_PARALLEL_AUTO where the
-		 * engine takes overlapping exits, else one at a time). */
-		long wide = sd.cfg.shutdown_parallel > 0 ?
-		    sd.cfg.shutdown_parallel : SHUTDOWN_PARALLEL_AUTO;
-		size_t at_once;
+		size_t at_once = sd.backend->ops->widen_for_shutdown(sd.backend,
+		    (size_t)sd.cfg.shutdown_parallel);
 
-		at_once = sd.backend->ops->set_parallel(sd.backend,
-		    (size_t)(wide > sd.cfg.docker_parallel ? wide :
-		    sd.cfg.docker_parallel), (size_t)sd.cfg.shutdown_parallel);
 		for (sb = sandbox_first(); sb != NULL; sb = next) {
 			next = sandbox_next(sb);
 			if (sb->state != SB_RELEASED) {
@@ -370,8 +355,12 @@ setup(int argc, char **argv)
 		return 1;
 	}
 	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
-	sd.backend = backend_docker_new(sd.base, sd.cfg.docker_host,
-	    (size_t)sd.cfg.docker_parallel, (size_t)sd.cfg.remove_parallel);
+	sd.backend = backend_new(sd.cfg.deployment, sd.base, &sd.cfg, &err);
+	if (sd.backend == NULL) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 2;
+	}
+	sandbox_set_id_match(sd.backend->ops->id_abbreviates);
 
 	all_routes = merged_routes(&nroutes);
 	hc.routes = all_routes;

@@ -135,7 +135,7 @@ void
 metrics_route(struct http_request *req, void *arg)
 {
 	static const enum sandbox_state states[] = { SB_CREATING, SB_WARM,
-	    SB_RUNNING, SB_UNHEALTHY, SB_STOPPED, SB_RELEASING };
+	    SB_RUNNING, SB_UNHEALTHY, SB_STOPPED, SB_PAUSED, SB_RELEASING };
 	struct evbuffer *b = evbuffer_new();
 
 	(void)arg;

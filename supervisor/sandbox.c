@@ -10,12 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "log.h"
 #include "token.h"
 #include "xmalloc.h"
 
 static struct sandbox_list sandboxes = TAILQ_HEAD_INITIALIZER(sandboxes);
+/* The backend's short forms of container ids (sandbox_set_id_match). */
+static int (*id_match)(const char *id, const char *identity);
 
 static const char *const state_names[] = {
 	[SB_CREATING] = "creating",
@@ -23,6 +26,7 @@ static const char *const state_names[] = {
 	[SB_RUNNING] = "running",
 	[SB_UNHEALTHY] = "unhealthy",
 	[SB_STOPPED] = "stopped",
+	[SB_PAUSED] = "paused",
 	[SB_RELEASING] = "releasing",
 	[SB_RELEASED] = "released",
 };
@@ -46,6 +50,15 @@ sandboxd_now(void)
 
 	gettimeofday(&tv, NULL);
 	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+double
+sandboxd_monotonic(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 struct sandbox *
@@ -122,16 +135,6 @@ sandbox_forget(struct sandbox *sb)
 	sandbox_unref(sb);
 }
 
-static int
-is_hex(const char *s)
-{
-	for (; *s != '\0'; s++) {
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-			return 0;
-	}
-	return 1;
-}
-
 struct sandbox *
 sandbox_find(const char *identity)
 {
@@ -142,11 +145,16 @@ sandbox_find(const char *identity)
 	return sb;
 }
 
+void
+sandbox_set_id_match(int (*match)(const char *id, const char *identity))
+{
+	id_match = match;
+}
+
 struct sandbox *
 sandbox_find_local(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
-	size_t n;
 
 	if (identity == NULL || *identity == '\0')
 		return NULL;
@@ -163,12 +171,11 @@ sandbox_find_local(const char *identity)
 	}
 	if (match != NULL)
 		return match;
-	n = strlen(identity);
-	if (n < 12 || n > 64 || !is_hex(identity))
+	if (id_match == NULL)
 		return NULL;
 	TAILQ_FOREACH(sb, &sandboxes, entry) {
 		if (sb->container_id == NULL ||
-		    strncmp(sb->container_id, identity, n) != 0)
+		    !id_match(sb->container_id, identity))
 			continue;
 		if (match != NULL)
 			return NULL;	/* ambiguous */
@@ -241,6 +248,10 @@ sandbox_check_callable(const struct sandbox *sb, struct error *err)
 		return 0;
 	case SB_STOPPED:
 		error_set(err, 409, "sandbox %s is stopped; start it to use it "
+		    "again", sb->name);
+		break;
+	case SB_PAUSED:
+		error_set(err, 409, "sandbox %s is paused; resume it to use it "
 		    "again", sb->name);
 		break;
 	case SB_CREATING:

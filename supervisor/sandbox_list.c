@@ -52,7 +52,7 @@ parse_state(const char *s, enum sandbox_state *out, struct error *err)
 		}
 	}
 	error_set(err, 400, "state: '%.64s' is not one of creating, warm, "
-	    "running, unhealthy, stopped, releasing, released", s);
+	    "running, unhealthy, stopped, paused, releasing, released", s);
 	return -1;
 }
 

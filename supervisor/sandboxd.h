@@ -8,7 +8,7 @@
  *
  * Files, one job each: main.c (start, signals, shutdown), config.c (options),
  * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop),
+ * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop / pause / resume, stats),
  * lifecycle_create.c (create and the wait for an agent), workspace.c
  * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
  * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
@@ -17,7 +17,8 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
- * metrics.c, backend.h + backend_docker.c + docker_api.c (Docker),
+ * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
+ * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
  * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
  * sandboxd on one Redis, REDIS_ENABLED).
  */
@@ -196,6 +197,8 @@ enum sandbox_state {
 	SB_RUNNING,		/* handed out */
 	SB_UNHEALTHY,		/* handed out, agent or container failing */
 	SB_STOPPED,
+	SB_PAUSED,		/* frozen by lifecycle_pause: not probed, not
+				 * reaped, until lifecycle_resume */
 	SB_RELEASING,
 	SB_RELEASED,		/* container gone, record kept */
 };
@@ -225,7 +228,8 @@ struct sandbox {
 	int owns_mount;			/* we made mount_dir: we remove it */
 	char *storage_path;		/* where release keeps it; NULL: nowhere */
 	char *sock_dir;			/* host side of /run/sandbox-agent */
-	char *agent_addr;		/* "unix:<sock_dir>/agent.sock" */
+	char *agent_addr;		/* as the backend says; NULL until
+					 * created */
 	char *session;			/* session_ctx_id or NULL */
 	json_t *meta;			/* object */
 	json_t *environment;		/* object given at create, or NULL */
@@ -237,6 +241,10 @@ struct sandbox {
 	int health_failures;
 	int health_probing;
 	char *last_error;		/* why it is unhealthy */
+	/* The last CPU sample (lifecycle_stats): CPU time, and when on the
+	 * monotonic clock (0: none yet). */
+	uint64_t cpu_ns;
+	double cpu_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
 	 * instance owns it (a mirror record), NULL when we do; the fields
@@ -272,9 +280,12 @@ void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
 /* Drop from the list (the record is freed once unreferenced). */
 void sandbox_forget(struct sandbox *sb);
-/* By container name, container id or a unique id prefix (>= 12 hex);
- * with REDIS_ENABLED also another instance's. */
+/* By container name, container id or a unique short form of it (what
+ * the hook below takes); with REDIS_ENABLED also another instance's. */
 struct sandbox *sandbox_find(const char *identity);
+/* Whether identity is a short form of a container id (the backend's
+ * id_abbreviates); NULL: none is. */
+void sandbox_set_id_match(int (*match)(const char *id, const char *identity));
 /* Only ours. */
 struct sandbox *sandbox_find_local(const char *identity);
 struct sandbox *sandbox_first(void);
@@ -343,6 +354,26 @@ struct sandbox *lifecycle_create(const struct create_request *creq,
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Freeze a sandbox in use (RUNNING, UNHEALTHY): PAUSED, its processes and
+ * memory kept; health checks and the idle reaper leave it alone. 409 when
+ * it is paused already or not in use. */
+void lifecycle_pause(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Thaw a PAUSED one: RUNNING once its agent answers, its session's idle
+ * clock started again. 409 when it is not paused. */
+void lifecycle_resume(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* One sample of what a sandbox uses. */
+struct sandbox_stats {
+	unsigned cpu_count;		/* its CPU limit, rounded up */
+	double cpu_used_pct;		/* of cpu_count, since the last
+					 * sample (or its start) */
+	int64_t mem_used;		/* bytes */
+	int64_t mem_total;		/* its limit */
+	int64_t mem_cache;
+};
+typedef void (*sandbox_stats_cb)(struct sandbox *sb,
+    const struct sandbox_stats *stats, const struct error *err, void *arg);
+/* 409 unless its container is there (ours, created, not released). */
+void lifecycle_stats(struct sandbox *sb, sandbox_stats_cb done, void *arg);
 /* Operations in flight (for shutdown). */
 size_t lifecycle_busy(void);
 
@@ -428,6 +459,9 @@ size_t sessions_count(void);
 /* The session id SandboxService builds from session_id and user_id.
  * Caller frees. */
 char *sessions_ctx_id(const char *session_id, const char *user_id);
+/* Whether an idle session id's reaper releases sb: bound to it, live, not
+ * paused. */
+int sessions_reapable(const struct sandbox *sb, const char *id);
 /* Make sure a session exists, without counting activity (adoption). */
 void sessions_ensure(const char *session);
 /* For the state file: {id: last activity}, and back. */
@@ -645,6 +679,8 @@ extern struct sandboxd sd;
 
 /* Seconds since the epoch, with fractions. */
 double sandboxd_now(void);
+/* Seconds on the monotonic clock, for durations. */
+double sandboxd_monotonic(void);
 
 /* defer.c: cb(-1, EV_TIMEOUT, arg) from the loop on its next turn, how a
  * completion callback whose answer is ready at once still runs after

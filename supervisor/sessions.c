@@ -2,7 +2,8 @@
  * Sessions: a session_ctx_id binds sandboxes together (meta.session_ctx_id
  * on create, or our /v1/sessions/connect). Every call that goes through us to
  * one of its sandboxes counts as activity; a session idle for longer than
- * HEARTBEAT_TIMEOUT has its sandboxes released by the reaper. Which
+ * HEARTBEAT_TIMEOUT has its sandboxes released by the reaper, but for
+ * paused ones (lifecycle_pause): their clock stands still. Which
  * sessions have live sandboxes is found in one pass over the records and
  * a sorted list (live_sessions), not one pass per session: at 1000
  * sessions of one sandbox each that is 1000 comparisons, not a million,
@@ -115,6 +116,12 @@ bound_live(const struct sandbox *sb, const char *id)
 {
 	return sb->session != NULL && strcmp(sb->session, id) == 0 &&
 	    sb->state != SB_RELEASED && sb->state != SB_RELEASING;
+}
+
+int
+sessions_reapable(const struct sandbox *sb, const char *id)
+{
+	return bound_live(sb, id) && sb->state != SB_PAUSED;
 }
 
 json_t *
@@ -265,6 +272,7 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 	live_sessions_collect(&live);
 	for (s = LIST_FIRST(&sessions); s != NULL; s = next) {
 		struct sandbox *sb, *sbnext;
+		int said = 0;
 
 		next = LIST_NEXT(s, entry);
 		if (!live_sessions_has(&live, s->id)) {
@@ -279,12 +287,16 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 		/* With Redis, one instance reaps for all (shared_reap). */
 		if (shared_enabled() || timeout <= 0 || now - s->last <= timeout)
 			continue;
-		log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT %.0f): "
-		    "releasing its sandboxes", s->id, now - s->last, timeout);
 		for (sb = sandbox_first(); sb != NULL; sb = sbnext) {
 			sbnext = sandbox_next(sb);
-			if (bound_live(sb, s->id))
-				lifecycle_release(sb, reaped_cb, NULL);
+			if (!sessions_reapable(sb, s->id))
+				continue;
+			if (!said)
+				log_info("session %s idle for %.0f s "
+				    "(HEARTBEAT_TIMEOUT %.0f): releasing its "
+				    "sandboxes", s->id, now - s->last, timeout);
+			said = 1;
+			lifecycle_release(sb, reaped_cb, NULL);
 		}
 		/* Touch it so it is not reaped again while releases run. */
 		s->last = now;

@@ -3,8 +3,9 @@
  * activity to the heartbeats hash; each reaper round, the instance that
  * takes lock:reaper (SET NX PX, held for most of a round) reaps for all:
  * the live sandboxes of an expired session are released wherever they are
- * (ours directly, the others' through their owners), and what instances
- * gone for good left in Redis is removed (shared_owners.c).
+ * (ours directly, the others' through their owners; paused ones stay),
+ * and what instances gone for good left in Redis is removed
+ * (shared_owners.c).
  */
 #include "sandboxd.h"
 
@@ -60,20 +61,24 @@ heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		size_t i;
 		json_t *name;
 		char *key;
+		int said;
 
 		if (now - last <= timeout)
 			continue;
 		/* Live ones only: those being released are not again. */
 		names = sessions_mapping(session);
-		if (json_array_size(names) > 0)
-			log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT "
-			    "%.0f): releasing its %zu sandboxes", session,
-			    now - last, timeout, json_array_size(names));
+		said = 0;
 		json_array_foreach(names, i, name) {
 			struct sandbox *sb = sandbox_find(json_string_value(name));
 
-			if (sb != NULL)
-				lifecycle_release(sb, reap_release_cb, NULL);
+			if (sb == NULL || !sessions_reapable(sb, session))
+				continue;
+			if (!said)
+				log_info("session %s idle for %.0f s "
+				    "(HEARTBEAT_TIMEOUT %.0f): releasing its "
+				    "sandboxes", session, now - last, timeout);
+			said = 1;
+			lifecycle_release(sb, reap_release_cb, NULL);
 		}
 		/* Kept a while: a sandbox of it another instance is still
 		 * creating is not in the mapping yet. */

@@ -380,6 +380,30 @@ def test_heartbeat_expiry_reaped_exactly_once(pair, redis):
     assert names_in_redis(redis) == set()
 
 
+def test_paused_sandbox_is_not_reaped_and_others_see_it_paused(pair, redis):
+    """The reaper of whichever instance holds the lock leaves a paused
+    sandbox of an idle session alone; the other instance sees it paused
+    and refuses calls to it as its owner does."""
+    a, b = pair(HEARTBEAT_TIMEOUT=5)
+    paused = a.create(meta={"session_ctx_id": "rp"})
+    r = a.post(f"/v1/sandboxes/{paused}/pause")
+    assert r.status_code == 200, r.text
+    idle = a.create(meta={"session_ctx_id": "ri"})
+    wait_until(lambda: idle not in a.containers(), 60, interval=0.2,
+               what="the idle session reaped", logs=[a, b])
+    wait_until(lambda: b.post("/get_info", {"identity": paused}).json()
+               ["data"]["state"] == "paused", 30, what="B sees it paused")
+    assert a.containers()[paused] == "paused"
+    assert b.rpc("get_status", identity=paused) == "paused"
+    r = b.post("/call_tool", {"identity": paused,
+                              "tool_name": "run_shell_command",
+                              "arguments": {"command": "true"}})
+    assert r.status_code == 409 and "paused" in r.json()["detail"], r.text
+    r = b.post(f"/v1/sandboxes/{paused}/resume")
+    assert r.status_code == 409 and "resume it there" in r.json()["detail"]
+    assert a.post(f"/v1/sandboxes/{paused}/resume").status_code == 200
+
+
 @pytest.mark.parametrize("env,expect", [
     ({"REDIS_PASSWORD": "wrong"}, "REDIS_USER/REDIS_PASSWORD"),
     ({"REDIS_PASSWORD": "right", "REDIS_USER": "nobody"},
