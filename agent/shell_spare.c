@@ -12,14 +12,19 @@
  * jobs; BASH_EXECUTION_STRING is the command, as under -c, and nothing
  * else of the script is left (REPLY is unset, IFS untouched). Only its
  * syntax errors would differ ("eval:" where -c says "-c:"), so the text
- * is first parsed, not run, as the body of a function: if that fails the
- * spare executes bash -c with it, the very thing it stands for (a text
- * that fails only there, as one that shopt -s extglob on an earlier line
- * makes valid, is still run right). A command too long for argv (the go
- * byte is "l", not "x") is run by eval alone, as shell.c runs it without
- * a spare, messages saying "eval:". Each spare serves one command and is
- * replaced in the background: 5 ms later, off the path of the call that
- * took it, or at once when it was the last one (calls come fast).
+ * is first parsed and not run: a function evals "set -n" and then the
+ * text, so that bash parses each of its commands and executes none (not
+ * even a set +n of the text's: noexec stops every command), and `local -`
+ * gives the option back when the function returns. If that fails the
+ * spare executes bash -c with the text, the very thing it stands for (a
+ * text that fails only there, as one that shopt -s extglob on an earlier
+ * line makes valid, is still run right; a bash without `local -`, before
+ * 4.4, always takes that way). Nothing of the text runs before or besides
+ * the one real run. A command too long for argv (the go byte is "l", not
+ * "x") is run by eval alone, as shell.c runs it without a spare, messages
+ * saying "eval:". Each spare serves one command and is replaced in the
+ * background: 5 ms later, off the path of the call that took it, or at
+ * once when it was the last one (calls come fast).
  *
  * A spare is used only if it is ready (its bash executed), has written
  * nothing and still runs, and the workspace is the directory it was
@@ -53,14 +58,15 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
-/* $'\n}', not a newline: the script stays on line 1, as the command's
+/* $'\n', not a newline: the script stays on line 1, as the command's
  * LINENO must count from there. */
-#define SPARE_SCRIPT "read -rN1 -u3 REPLY||exit 0;" \
+#define SPARE_SCRIPT "__sbx_check(){ local -||return;" \
+	"eval \"set -n\"$'\\n'\"$BASH_EXECUTION_STRING\";};" \
+	"read -rN1 -u3 REPLY||exit 0;" \
 	"IFS= read -rd '' -u4 BASH_EXECUTION_STRING;exec 3<&- 4<&-;" \
-	"[ \"$REPLY\" = l ]||" \
-	"eval \"__sbx_parse(){ $BASH_EXECUTION_STRING\"$'\\n}' 2>/dev/null||" \
+	"[ \"$REPLY\" = l ]||__sbx_check 2>/dev/null||" \
 	"exec /bin/bash -c \"$BASH_EXECUTION_STRING\";" \
-	"unset -f __sbx_parse;unset REPLY;eval \"$BASH_EXECUTION_STRING\""
+	"unset -f __sbx_check;unset REPLY;eval \"$BASH_EXECUTION_STRING\""
 #define SPARE_MAX 8
 /* After a spare died unused, wait before the next: a shell that cannot
  * start must not make us fork in a loop. */

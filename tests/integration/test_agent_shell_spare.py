@@ -117,6 +117,70 @@ def test_spare_behaves_as_bash_c(start_agent, tmp_workspace, name):
     assert got == want, (command, got, want)
 
 
+# Texts written to get out of a parse check that wraps them (a function
+# body, a group): what they do, output and files, must be what bash -c
+# does with them, and nothing of them may run before or besides that.
+HOSTILE_SHAPES = {
+    "brace_closes_early": "echo one\n}\necho two >> side_effect.txt; "
+                          "echo two\n{ :",
+    "brace_closes_early_one_line": "echo a; }; echo b > side_effect.txt",
+    "braces_close_twice": "}\n}\necho x > side_effect.txt",
+    "brace_left_open": "{ echo a > side_effect.txt",
+    "brace_in_heredoc": "cat <<EOF\n}\nEOF\necho after > side_effect.txt",
+    "code_in_quoted_heredoc": "cat <<'EOF'\n}\necho inside > "
+                              "side_effect.txt\nEOF\necho after",
+    "brace_after_heredoc": "cat <<EOF\nx\nEOF\n}\necho y > "
+                           "side_effect.txt",
+    "heredoc_left_open_with_brace": "cat <<EOF\n}\necho z > "
+                                    "side_effect.txt",
+    "case_arm_brace": "case } in\n}) echo brace > side_effect.txt;;\n"
+                      "esac\ncase x in x) echo x;; esac",
+    "case_arm_closes_early": "case x in x) }\necho y > side_effect.txt;; "
+                             "esac",
+    "brace_in_substitution": "echo $(echo })\n}\necho z > side_effect.txt",
+    "wrapper_named_old": "__sbx_parse(){ echo mine; }; __sbx_parse; "
+                         "declare -F",
+    "wrapper_named_new": "__sbx_check(){ echo mine > side_effect.txt; }; "
+                         "__sbx_check; declare -F",
+    "wrapper_called_then_brace": "__sbx_check\n}\n__sbx_parse",
+    "noexec_undone_then_brace": "set +n; echo x > side_effect.txt\n}",
+    "noexec_set": "set -n; echo hidden > side_effect.txt",
+    "local_dash_at_top": "local -; set -n\necho hidden > side_effect.txt",
+    "return_then_brace": "return 0\n}\necho w > side_effect.txt",
+    "function_left_open": "f() {\necho f > side_effect.txt",
+}
+
+
+def workspace_files(ws):
+    """{name: content} of the workspace, emptied."""
+    out = {}
+    for name in sorted(os.listdir(ws)):
+        path = os.path.join(ws, name)
+        with open(path) as f:
+            out[name] = f.read()
+        os.remove(path)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SHAPES))
+def test_hostile_text_behaves_as_bash_c(start_agent, tmp_workspace, name):
+    a = spare_agent(start_agent)
+    command = HOSTILE_SHAPES[name]
+    deadline = time.time() + 10
+    while True:
+        workspace_files(tmp_workspace)
+        before = len(SPARE_RE.findall(a.read_log()))
+        got = result_texts(a.shell(command))
+        if len(SPARE_RE.findall(a.read_log())) > before:
+            break
+        assert time.time() < deadline, "no spare was ready"
+        time.sleep(0.1)
+    got_files = workspace_files(tmp_workspace)
+    want = bash_c(command, tmp_workspace)
+    want_files = workspace_files(tmp_workspace)
+    assert (got, got_files) == (want, want_files), command
+
+
 def test_spare_runs_in_its_own_group_as_a_fresh_shell(start_agent):
     a = spare_agent(start_agent)
     out = in_spare(a, "ps -o pid=,pgid= -p $$; echo $SHLVL")["stdout"]
