@@ -301,16 +301,34 @@ def test_a_spare_killed_while_idle_is_replaced(start_agent):
     in_spare(a, "true")
 
 
-# A background job left by one call: for 3 s, every process's every
-# descriptor it can open through /proc (for writing, and for reading) is
-# noted, and written into.
+# A background job left by one call: for 3 s, every descriptor of every
+# process under the agent (argv[2]) it can open through /proc (for
+# writing, and for reading) is noted, and written into; and of a sleep of
+# its own, which it can reach, to show that it looks. Only there: other
+# processes of the same user on this machine are not the test's.
 SNOOPER = r"""
-import os, sys, time
-me, log = os.getpid(), open(sys.argv[1], "a")
+import os, subprocess, sys, time
+me, log, agent = os.getpid(), open(sys.argv[1], "a"), int(sys.argv[2])
+sleep = subprocess.Popen(["sleep", "7.123"]).pid
+
+
+def under_agent(pid):
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+        if pid == agent:
+            return True
+    return False
+
+
 end = time.time() + 3
 while time.time() < end:
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) in (me, os.getppid()):
+        if int(pid) in (me, os.getppid()) or not (
+                int(pid) == sleep or under_agent(int(pid))):
             continue
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -350,10 +368,8 @@ def test_a_background_job_cannot_reach_the_next_spare(start_agent,
     with open(script, "w") as f:
         f.write(SNOOPER)
     a = spare_agent(start_agent, "--run-as", "65534:65534")
-    # A sleep of the user's beside it: what the job can reach, to show
-    # that it looks.
-    in_spare(a, f"sleep 7.123 >/dev/null 2>&1 & {SYSTEM_PYTHON} {script} "
-                f"{snoop_log} >/dev/null 2>&1 </dev/null & echo started")
+    in_spare(a, f"{SYSTEM_PYTHON} {script} {snoop_log} {a.proc.pid} "
+                ">/dev/null 2>&1 </dev/null & echo started")
     time.sleep(0.5)     # it has looked at the spares a few times over
     # Builtins only: the call's processes are its bash alone, which the
     # job must not reach either, idle or running.
