@@ -204,6 +204,8 @@ def test_no_state_from_one_call_to_the_next(start_agent, tmp_workspace):
         os.path.realpath(tmp_workspace), tmp_workspace)
     # Our own limits and umask are the agent's (the test's): the same.
     assert got == want
+    # A command's own ulimit is not a spare spoilt (test_hostile_shell.py).
+    assert "dropped" not in a.read_log()
 
 
 @pytest.mark.parametrize("stream", [False, True])
