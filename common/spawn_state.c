@@ -1,14 +1,14 @@
 /*
  * Whether a program a keeper started ahead of need is still as it was
- * started (spawn_untouched). Another process of the same user may stop it
- * (SIGSTOP, SIGTSTP), lower its resource limits (prlimit), renice it, pin
- * it to fewer CPUs, make it SCHED_IDLE or give it a custom time slice,
- * lower its I/O priority: the kernel only compares user ids. Tracing needs
- * more (ptrace access, which an undumpable program under seccomp does not
- * give), but is checked all the same. Root without CAP_SYS_RESOURCE and
- * CAP_SYS_NICE, as the agent runs in its container, could not undo a
- * lowered hard limit or nice value; so nothing is reset: a program found
- * changed is not used.
+ * started (spawn_untouched). Another process of the same user may stop
+ * it (SIGSTOP, SIGTSTP), lower its resource limits (prlimit), renice it,
+ * pin it to fewer CPUs, make it SCHED_IDLE or give it a custom time
+ * slice, lower its I/O priority: the kernel only compares user ids.
+ * Tracing needs more (CAP_SYS_PTRACE for an undumpable program, and
+ * commands' seccomp filter denies ptrace), but is checked all the same.
+ * Root without CAP_SYS_RESOURCE and CAP_SYS_NICE, as the agent runs in
+ * its container, could not undo a lowered hard limit or nice value; so
+ * nothing is reset: a program found changed is not used.
  *
  * "As started" is what a child forked now by the calling thread would
  * inherit: our limits, our thread's scheduling attributes, CPUs and I/O
@@ -18,9 +18,11 @@
  * process is reaped (by the keeper, which we do not see). So a pidfd is
  * opened first; /proc/PID/status then names our keeper as the parent, so
  * that what holds the pid is the program (the keeper forks nothing else,
- * and a keeper that exited has no children); and after every look the
- * pidfd says the process still runs: it held the pid from the first look
- * to the last, every look was of the program.
+ * its other children would be orphans of the program's, which a program
+ * waiting idle has none of, and a keeper that exited has no children,
+ * its pid held until we reap it); and after every look the pidfd says
+ * the process still runs: it held the pid from the first look to the
+ * last, every look was of the program.
  */
 #include "spawn_internal.h"
 

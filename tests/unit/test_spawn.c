@@ -16,6 +16,7 @@
 #include <linux/ioprio.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -680,6 +681,23 @@ test_reaper_reaps_orphans(void **state)
 	wait_gone(pid);
 }
 
+/* The process is stopped: a signal is delivered after kill returns. */
+static int
+pid_stopped(void *arg)
+{
+	char path[64], stat[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)*(pid_t *)arg);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return 0;
+	n = read(fd, stat, sizeof stat - 1);
+	close(fd);
+	stat[n > 0 ? n : 0] = '\0';
+	return (p = strrchr(stat, ')')) != NULL && p[1] == ' ' && p[2] == 'T';
+}
+
 enum spoil { SPOIL_STOP, SPOIL_NOFILE, SPOIL_NICE, SPOIL_CPUS,
     SPOIL_SCHED_IDLE, SPOIL_IOPRIO, SPOILS };
 
@@ -695,7 +713,10 @@ spoil(pid_t pid, enum spoil how)
 
 	switch (how) {
 	case SPOIL_STOP:
-		return kill(pid, SIGSTOP) == 0;
+		if (kill(pid, SIGSTOP) < 0)
+			return 0;
+		loop_until(pid_stopped, &pid);
+		return 1;
 	case SPOIL_NOFILE:
 		return prlimit(pid, RLIMIT_NOFILE, &rl, NULL) == 0;
 	case SPOIL_NICE:
