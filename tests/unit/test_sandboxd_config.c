@@ -24,6 +24,7 @@ static const char *const envs[] = {
 	"SANDBOXD_STATE_DIR", "BEARER_TOKEN", "READONLY_MOUNTS",
 	"DEFAULT_MOUNT_DIR", "STORAGE_FOLDER", "MAX_SANDBOX_INSTANCES",
 	"SANDBOXD_TYPES", "DOCKER_HOST", "AUTO_CLEANUP",
+	"SANDBOXD_REDIS_SECRET", "SANDBOXD_REDIS_SECRET_FILE",
 };
 
 static int
@@ -146,6 +147,8 @@ test_bad_values_name_their_key(void **state)
 		{ "SANDBOXD_REDIS_LEASE", "nan", "SANDBOXD_REDIS_LEASE" },
 		{ "SANDBOXD_REDIS_DEAD_GRACE", "-1", "SANDBOXD_REDIS_DEAD_GRACE" },
 		{ "REDIS_ENABLED", "maybe", "REDIS_ENABLED" },
+		/* Shared mode without the instances' secret. */
+		{ "REDIS_ENABLED", "true", "SANDBOXD_REDIS_SECRET" },
 		{ "DEFAULT_SANDBOX_TYPE", "base,nope", "nope" },
 		{ "PORT_RANGE", "50000,40000", "PORT_RANGE" },
 		{ "PORT_RANGE", "80,90", "PORT_RANGE" },
