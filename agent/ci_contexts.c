@@ -272,10 +272,10 @@ fail:
 	http_reply_err(req, &err);
 }
 
-/* The context a /ci/contexts/{id}[/suffix] path names; NULL with err. */
+/* The context a /ci/contexts/{id}[/suffix] path names; NULL once req is
+ * answered 404. */
 static struct ci_context *
-path_context(struct http_request *req, struct ci *ci, const char *suffix,
-    struct error *err)
+path_context(struct http_request *req, struct ci *ci, const char *suffix)
 {
 	const char *id = http_request_path(req) + strlen("/ci/contexts/");
 	size_t n = strlen(id), slen = strlen(suffix);
@@ -288,7 +288,7 @@ path_context(struct http_request *req, struct ci *ci, const char *suffix,
 		ctx = ci_context_find(ci, name);
 	}
 	if (ctx == NULL)
-		error_set(err, 404, "no such context: %.64s", id);
+		http_reply_error(req, 404, "no such context: %.64s", id);
 	return ctx;
 }
 
@@ -296,27 +296,21 @@ void
 ci_route_context_restart(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
-	struct error err = { 0 };
-	struct ci_context *ctx;
+	struct ci_context *ctx = path_context(req, agent->ci, "/restart");
 
-	if ((ctx = path_context(req, agent->ci, "/restart", &err)) == NULL) {
-		http_reply_err(req, &err);
-		return;
-	}
-	kernel_restart(ctx->k, ready_cb, wait_new(req, agent->ci, ctx->id, 0));
+	if (ctx != NULL)
+		kernel_restart(ctx->k, ready_cb, wait_new(req, agent->ci,
+		    ctx->id, 0));
 }
 
 void
 ci_route_context_remove(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
-	struct error err = { 0 };
-	struct ci_context *ctx;
+	struct ci_context *ctx = path_context(req, agent->ci, "");
 
-	if ((ctx = path_context(req, agent->ci, "", &err)) == NULL) {
-		http_reply_err(req, &err);
+	if (ctx == NULL)
 		return;
-	}
 	context_free(agent->ci, ctx, "the context was removed while this "
 	    "cell ran");
 	http_reply_empty(req, 204);

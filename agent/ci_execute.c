@@ -68,8 +68,7 @@ struct ci_run {
 	size_t cap;
 	size_t sent[3];			/* [1] stdout, [2] stderr, [0] results */
 	size_t dropped[3];
-	char partial[3][4];		/* an unfinished UTF-8 sequence */
-	size_t npartial[3];
+	struct utf8_carry carry[3];	/* [1] stdout, [2] stderr */
 	int errored;			/* an error line went out */
 };
 
@@ -148,29 +147,19 @@ emit_stream(struct ci_run *run, int stream, json_t *text)
 static void
 emit_text(struct ci_run *run, int stream, const char *data, size_t len)
 {
-	char stackbuf[64 * 1024 + 8], *buf = stackbuf;
-	size_t total, whole, room;
+	size_t room;
+	json_t *text;
 
 	room = run->sent[stream] < run->cap ? run->cap - run->sent[stream] : 0;
 	if (len > room) {
 		run->dropped[stream] += len - room;
 		len = room;
 	}
-	total = run->npartial[stream] + len;
-	if (total == 0)
+	if (len == 0 && run->carry[stream].n == 0)
 		return;
-	if (total > sizeof stackbuf)
-		buf = xmalloc(total);
-	memcpy(buf, run->partial[stream], run->npartial[stream]);
-	memcpy(buf + run->npartial[stream], data, len);
-	whole = len > 0 ? utf8_complete_prefix(buf, total) : total;
-	run->npartial[stream] = total - whole;
-	memcpy(run->partial[stream], buf + whole, run->npartial[stream]);
 	run->sent[stream] += len;
-	if (whole > 0)
-		emit_stream(run, stream, utf8_json_string(buf, whole));
-	if (buf != stackbuf)
-		free(buf);
+	if ((text = utf8_carry_json(&run->carry[stream], data, len)) != NULL)
+		emit_stream(run, stream, text);
 }
 
 static void
@@ -265,7 +254,7 @@ flush_rest(struct ci_run *run, struct kernel_result *res)
 	cell_output(1, res->out, run);
 	cell_output(2, res->errout, run);
 	for (int s = 1; s <= 2; s++)
-		if (run->npartial[s] > 0)
+		if (run->carry[s].n > 0)
 			emit_text(run, s, "", 0);
 	for (int s = 0; s <= 2; s++) {
 		if (run->dropped[s] == 0)
