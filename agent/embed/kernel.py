@@ -44,6 +44,7 @@ E2B_FIELDS = {
     "e2b/data": "data",
 }
 BINARY_TYPES = ("image/png", "image/jpeg", "application/pdf")
+SCALARS = (int, float, complex, bool, str, bytes)
 STRUCTURED_FIELDS = ("json", "data")
 
 
@@ -144,10 +145,28 @@ def e2b_formatters(shell, values_max):
                         orient="values", date_format="iso"))
                     for name, column in obj.items()}
 
-    formatters = shell.display_formatter.formatters
-    formatters["application/json"] = JSONValues(parent=shell.display_formatter)
-    formatters["e2b/data"] = DataFrameColumns(parent=shell.display_formatter)
-    shell.display_formatter.active_types = list(formatters)
+    display = shell.display_formatter
+    formatters = display.formatters
+    formatters["application/json"] = JSONValues(parent=display)
+    formatters["e2b/data"] = DataFrameColumns(parent=display)
+    display.active_types = list(formatters)
+
+    # The value of a number or a string has its text alone, unless a
+    # printer was registered for its type: that text without asking the
+    # other ten formatters, each behind IPython's error-catching decorator
+    # (half the time of "1+1").
+    text_of, every = formatters["text/plain"], display.format
+    others = [f for k, f in formatters.items() if k != "text/plain"] + [
+        display.ipython_display_formatter, display.mimebundle_formatter]
+
+    def format(obj, include=None, exclude=None):
+        kind = type(obj)
+        if kind in SCALARS and include is None and exclude is None and \
+                not any(kind in f.type_printers or ("builtins", kind.__name__)
+                        in f.deferred_printers for f in others):
+            return {"text/plain": text_of(obj)}, {}
+        return every(obj, include, exclude)
+    display.format = format
 
 
 def e2b_dialect(shell, ctl, ends):

@@ -171,6 +171,17 @@ def test_results_in_every_format(agent):
     assert ex.text == main["text"]
 
 
+def test_printers_registered_for_numbers_are_used(agent):
+    assert ok(agent, "5").results == [{"type": "result",
+                                       "is_main_result": True, "text": "5"}]
+    ok(agent, "html = get_ipython().display_formatter.formatters["
+           "'text/html']\nhtml.for_type(int, lambda n: f'<i>{n}</i>')\n"
+           "html.for_type_by_name('builtins', 'float', lambda f: '<f/>')")
+    ex = ok(agent, "5")
+    assert ex.results[0]["html"] == "<i>5</i>" and ex.text == "5"
+    assert ok(agent, "0.5").results[0]["html"] == "<f/>"
+
+
 def test_matplotlib_figure_is_a_png_result(agent):
     ok(agent, "import matplotlib.pyplot as plt")  # may build the font cache
     ex = ok(agent, "plt.plot([1, 3, 2])\nplt.title('t')\nplt.show()")
