@@ -162,23 +162,16 @@ emit_text(struct ci_run *run, int stream, const char *data, size_t len)
 		emit_stream(run, stream, text);
 }
 
+/* One line per piece the kernel wrote, as it was read (at most 64 KiB). */
 static void
 cell_output(int stream, struct evbuffer *buf, void *arg)
 {
 	struct ci_run *run = arg;
-	struct evbuffer_iovec v[8];
+	char piece[64 * 1024];
 	int n;
 
-	while (evbuffer_get_length(buf) > 0) {
-		size_t len = 0;
-
-		n = evbuffer_peek(buf, -1, NULL, v, 8);
-		for (int i = 0; i < n && i < 8; i++) {
-			emit_text(run, stream, v[i].iov_base, v[i].iov_len);
-			len += v[i].iov_len;
-		}
-		evbuffer_drain(buf, len);
-	}
+	while ((n = evbuffer_remove(buf, piece, sizeof piece)) > 0)
+		emit_text(run, stream, piece, (size_t)n);
 }
 
 /* A result frame rebuilt field by field: it comes from code the user
