@@ -78,7 +78,16 @@ static const struct config_option options[] = {
 	{ "--python", "AGENT_PYTHON", CONFIG_STRING, &agent.cfg.python, "PATH",
 	    "Python interpreter of the IPython kernel (default python3)" },
 	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
-	    "start the IPython kernel at start, not on first use" },
+	    "start run_ipython_cell's IPython kernel at start, not on first "
+	    "use" },
+	{ "--prewarm-context", "AGENT_PREWARM_CONTEXT", CONFIG_BOOL,
+	    &agent.cfg.prewarm_context, "BOOL", "start the code interpreter's "
+	    "default context (/ci) at start, not on first use (default "
+	    "false)" },
+	{ "--max-contexts", "AGENT_MAX_CONTEXTS", CONFIG_INT,
+	    &agent.cfg.max_contexts, "N", "code interpreter contexts (each a "
+	    "Python kernel) at once, the default one included (default 16, "
+	    "1 to 256)" },
 	{ "--shell-spares", "AGENT_SHELL_SPARES", CONFIG_INT,
 	    &agent.cfg.shell_spares, "N", "bash shells kept started, each "
 	    "waiting for one command, so that a command need not wait for "
@@ -340,6 +349,7 @@ setup(int argc, char **argv)
 	agent.cfg.max_body = 32 * 1024 * 1024;
 	agent.cfg.default_timeout = 300;
 	agent.cfg.shell_spares = 2;
+	agent.cfg.max_contexts = 16;
 	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	agent.cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
@@ -380,6 +390,11 @@ setup(int argc, char **argv)
 	}
 	if (!(agent.cfg.default_timeout > 0)) {
 		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
+		return 2;
+	}
+	if (agent.cfg.max_contexts < 1 || agent.cfg.max_contexts > 256) {
+		fprintf(stderr, "sandbox-agent: --max-contexts must be 1 to "
+		    "256\n");
 		return 2;
 	}
 	if (agent.cfg.shell_spares < 0) {
@@ -458,7 +473,8 @@ setup(int argc, char **argv)
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
-		kernel_prewarm(&agent);
+		ipython_prewarm(&agent);
+	ci_init(&agent);
 	shell_spares_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;

@@ -10,6 +10,7 @@
 #define PUT HTTP_METHOD_PUT
 #define DELETE HTTP_METHOD_DELETE
 #define EXACT HTTP_MATCH_EXACT
+#define PREFIX HTTP_MATCH_PREFIX
 #define STREAM HTTP_ROUTE_STREAM_BODY
 
 /* Body limits: routes that carry a command, code or a file's content take
@@ -38,10 +39,17 @@ static const struct http_route routes[] = {
 	{ GET, "/mcp/list_tools", EXACT, 0, mcp_route_list_tools, SMALL },
 	{ POST, "/mcp/call_tool", EXACT, 0, mcp_route_call_tool, LARGE },
 	/* The desktop's web viewer: its own token check (desktop_web.h). */
-	{ GET, "/vnc/", HTTP_MATCH_PREFIX, HTTP_ROUTE_NO_AUTH,
+	{ GET, "/vnc/", PREFIX, HTTP_ROUTE_NO_AUTH,
 	    desktop_web_route, SMALL },
 	{ HTTP_METHOD_GET, "/websockify", EXACT, HTTP_ROUTE_NO_AUTH,
 	    vnc_relay_route, SMALL },
+	/* E2B's code interpreter (its port 49999, mapped here by sandboxd). */
+	{ GET, "/ci/health", EXACT, 0, ci_route_health, SMALL },
+	{ POST, "/ci/execute", EXACT, 0, ci_route_execute, LARGE },
+	{ GET, "/ci/contexts", EXACT, 0, ci_route_contexts_list, SMALL },
+	{ POST, "/ci/contexts", EXACT, 0, ci_route_contexts_create, SMALL },
+	{ POST, "/ci/contexts/", PREFIX, 0, ci_route_context_restart, SMALL },
+	{ DELETE, "/ci/contexts/", PREFIX, 0, ci_route_context_remove, SMALL },
 };
 
 const struct http_route *

@@ -271,9 +271,9 @@ test_builtin_types(void **state)
 
 	(void)state;
 	sandbox_types_init(NULL, "ns", "t1");
-	for (size_t i = 0; i < 5; i++) {
+	for (size_t i = 0; i < 6; i++) {
 		static const char *const names[] = { "base", "minimal",
-		    "filesystem", "browser", "gui" };
+		    "code-interpreter", "filesystem", "browser", "gui" };
 
 		t = sandbox_types_find(names[i]);
 		assert_non_null(t);
@@ -281,6 +281,8 @@ test_builtin_types(void **state)
 	}
 	assert_string_equal(sandbox_types_find("minimal")->image,
 	    "ns/runtime-sandbox-minimal:t1");
+	assert_string_equal(sandbox_types_find("code-interpreter")->image,
+	    "ns/runtime-sandbox-code-interpreter:t1");
 	assert_string_equal(sandbox_types_find("minimal")->network, "none");
 	assert_string_equal(sandbox_types_find("browser")->network, "bridge");
 	assert_ptr_equal(sandbox_types_for_tool("browser_navigate"),
