@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "desktop.h"
+#include "envd_fs.h"
 #include "files_staged.h"
 #include "log.h"
 #include "spawn.h"
@@ -453,6 +454,7 @@ setup(int argc, char **argv)
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
 	gitops_routes_init(&agent);
+	envd_init(&agent);
 	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
@@ -492,6 +494,11 @@ main(int argc, char **argv)
 {
 	struct event *sigterm, *sigint;
 	int rc;
+
+	/* A file helper of envd's (envd_fs.h): this binary executed anew,
+	 * as a user of the sandbox; nothing of the agent's runs. */
+	if (argc == 2 && strcmp(argv[1], ENVD_FS_HELPER_ARG) == 0)
+		return envd_fs_helper_main();
 
 	/* Undumpable, before anything secret is in memory: no process of
 	 * the same user (root, when there is no --run-as) may then read our
