@@ -64,6 +64,10 @@ int envd_user_lookup(struct agent *agent, const char *name,
  * default user). */
 int envd_user_from_request(struct agent *agent, struct http_request *req,
     struct envd_user *u, struct error *err);
+/* A child acting as uid:gid must switch to them (and so shed the
+ * supplementary groups): as a command does, not when it is the agent's
+ * own user, which a root agent without capabilities could not switch. */
+int envd_user_switches(uid_t uid, gid_t gid);
 void envd_user_clear(struct envd_user *u);
 void envd_user_copy(struct envd_user *dst, const struct envd_user *src);
 /* E2B's path rule: "" is the default workdir (else home), ~ and ~/x the

@@ -356,7 +356,7 @@ helper_start(uid_t uid, gid_t gid, struct error *err)
 	o.envp = envp;
 	o.cwd = "/";
 	o.stdio[0] = o.stdio[1] = o.stdio[2] = SPAWN_NULL;
-	o.set_ids = geteuid() == 0;
+	o.set_ids = envd_user_switches(uid, gid);
 	o.uid = uid;
 	o.gid = gid;
 	o.pass_fds = &sv[1];

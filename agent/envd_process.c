@@ -408,7 +408,7 @@ start_spawn(struct envd_call *call, struct envd_proc *p, const char **argv,
 	o.cwd = cwd;
 	o.cwd_as_user = 1;
 	o.search_path = 1;
-	o.set_ids = geteuid() == 0;
+	o.set_ids = envd_user_switches(u->uid, u->gid);
 	o.uid = u->uid;
 	o.gid = u->gid;
 	o.timeout = envd_call_timeout(call);

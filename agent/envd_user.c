@@ -92,6 +92,12 @@ user_allowed(struct agent *agent, uid_t uid)
 }
 
 int
+envd_user_switches(uid_t uid, gid_t gid)
+{
+	return uid != geteuid() || gid != getegid();
+}
+
+int
 envd_user_lookup(struct agent *agent, const char *name, struct envd_user *u,
     struct error *err)
 {

@@ -511,6 +511,22 @@ def test_root_and_unknown_users(envd, box):
     assert os.stat(entry["entry"]["path"]).st_uid == USER.pw_uid
 
 
+def test_without_run_as_envd_acts_as_the_agents_user(start_agent, box):
+    """A root-mode type (no --run-as): commands run as the agent, and so
+    do envd's by default; another user may still be named."""
+    envd = Envd(start_agent())
+    out, _, end = envd.run("", process={
+        "cmd": "/bin/sh", "args": ["-c", "id -u"], "cwd": box.user})
+    assert out == b"0\n"
+    path = os.path.join(box.user, "as-named")
+    assert files_post(envd, [("x", b"1")], path=path,
+                      username=USER.pw_name).status_code == 200
+    assert os.stat(path).st_uid == USER.pw_uid
+    r = files_get(envd, os.path.join(box.secret, "key"),
+                  username=USER.pw_name)
+    assert r.status_code == 403
+
+
 def test_the_agents_token_and_proc_are_out_of_reach(envd):
     pid = envd.agent.proc.pid
     token = envd.agent.token.encode()
