@@ -203,6 +203,20 @@ envd_reply(struct envd_call *call, json_t *msg)
 		call_free(call);
 }
 
+void
+envd_reply_items(struct envd_call *call, const char *name,
+    struct evbuffer *items)
+{
+	struct evbuffer *body = evbuffer_new();
+
+	evbuffer_add_printf(body, "{\"%s\":[", name);
+	evbuffer_add_buffer(body, items);
+	evbuffer_add(body, "]}", 2);
+	http_reply_buffer(call->req, 200, "application/json", body);
+	evbuffer_free(body);
+	call_free(call);
+}
+
 struct agent *
 envd_call_agent(struct envd_call *call)
 {

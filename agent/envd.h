@@ -118,6 +118,7 @@ size_t envd_base64_encode(char *out, const void *data, size_t len);
 
 struct envd_call;
 struct envd_stream;
+struct evbuffer;
 
 /* An RPC method: unary, server streaming or client streaming. */
 enum envd_kind {
@@ -169,6 +170,10 @@ void envd_call_on_close(struct envd_call *call,
 /* Answer a unary call (msg stolen; NULL: {}) or a client stream; frees
  * the call. */
 void envd_reply(struct envd_call *call, json_t *msg);
+/* Answer a unary call with {"<name>": [<items>]}, items the texts of
+ * JSON values joined by commas (drained); frees the call. */
+void envd_reply_items(struct envd_call *call, const char *name,
+    struct evbuffer *items);
 /* Answer with an error (the status of err mapped to a Connect code);
  * frees the call. */
 void envd_fail(struct envd_call *call, const struct error *err);

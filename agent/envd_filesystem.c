@@ -33,7 +33,7 @@ fs_done(struct envd_fs_reply *r, void *arg)
 		return;
 	}
 	if (list)
-		envd_reply(call, json_pack("{s:O}", "entries", r->items));
+		envd_reply_items(call, "entries", r->items);
 	else
 		envd_reply(call, json_incref(r->result));
 }

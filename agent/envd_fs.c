@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "log.h"
@@ -91,7 +92,7 @@ op_free(struct envd_fs_op *op)
 	if (op->defer != NULL)
 		event_free(op->defer);
 	json_decref(op->reply.result);
-	json_decref(op->reply.items);
+	evbuffer_free(op->reply.items);
 	if (op->reply.fd >= 0)
 		close(op->reply.fd);
 	free(op);
@@ -137,7 +138,7 @@ envd_fs_call(struct agent *agent, const struct envd_user *u, json_t *req,
 	op->arg = arg;
 	op->pass_fd = -1;
 	op->reply.fd = -1;
-	op->reply.items = json_array();
+	op->reply.items = evbuffer_new();
 	/* NULL: json_pack met a name that is not UTF-8. */
 	op->text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
 	json_decref(req);
@@ -225,6 +226,38 @@ idle_cb(evutil_socket_t fd, short what, void *arg)
 	helper_free(arg);
 }
 
+/* Each item of a frame as compact JSON, after those already there. */
+static void
+append_items(struct evbuffer *items, json_t *more)
+{
+	size_t i;
+	json_t *v;
+	char *text;
+
+	json_array_foreach(more, i, v) {
+		text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (evbuffer_get_length(items) > 0)
+			evbuffer_add(items, ",", 1);
+		evbuffer_add(items, text, strlen(text));
+		free(text);
+	}
+}
+
+json_t *
+envd_fs_items(struct envd_fs_reply *r)
+{
+	struct evbuffer *b = evbuffer_new();
+	json_t *array;
+
+	evbuffer_add(b, "[", 1);
+	evbuffer_add_buffer_reference(b, r->items);
+	evbuffer_add(b, "]", 1);
+	array = json_loadb((const char *)evbuffer_pullup(b, -1),
+	    evbuffer_get_length(b), 0, NULL);
+	evbuffer_free(b);
+	return array != NULL ? array : json_array();
+}
+
 /* One frame of the answer to the current operation: 1 when it was the
  * last, 0 for more, -1 when the frame breaks the protocol. fd (or -1) is
  * taken. */
@@ -244,10 +277,11 @@ take_frame(struct helper *h, const char *data, size_t len, int fd)
 	error = json_object_get(frame, "error");
 	if (json_is_array(more) && fd < 0) {
 		op->item_bytes += len;
-		if (json_array_size(op->reply.items) + json_array_size(more) >
-		    ENVD_FS_MAX_ITEMS || op->item_bytes > ITEM_BYTES_MAX)
+		op->reply.nitems += json_array_size(more);
+		if (op->reply.nitems > ENVD_FS_MAX_ITEMS ||
+		    op->item_bytes > ITEM_BYTES_MAX)
 			goto out;
-		json_array_extend(op->reply.items, more);
+		append_items(op->reply.items, more);
 		rc = 0;
 	} else if (json_is_object(ok)) {
 		op->reply.result = json_incref(ok);

@@ -26,6 +26,8 @@
 
 #include "envd.h"
 
+struct evbuffer;
+
 #define ENVD_FS_FRAME		(64 * 1024)	/* bytes of one frame */
 #define ENVD_FS_MAX_ITEMS	100000		/* items of one answer */
 #define ENVD_FS_HELPER_ARG	"--envd-fs-helper"
@@ -34,12 +36,17 @@
 struct envd_fs_reply {
 	struct error err;	/* status 0: done */
 	json_t *result;		/* the "ok" object */
-	json_t *items;		/* every "more" item, in order (an array) */
+	/* Every "more" item, in order, as compact JSON texts joined by
+	 * commas (a listing stays text: a fraction of its parsed size). */
+	struct evbuffer *items;
+	size_t nitems;
 	int fd;			/* sent with "ok", or -1; the callback may
 				 * take it (set -1), else it is closed */
 };
 
 typedef void (*envd_fs_cb)(struct envd_fs_reply *r, void *arg);
+/* The items of r as a JSON array (new reference). */
+json_t *envd_fs_items(struct envd_fs_reply *r);
 struct envd_fs_op;
 
 /* Once, at start: opens the binary helpers execute (ours). */

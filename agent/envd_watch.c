@@ -154,10 +154,10 @@ set_reading(struct watcher *w)
 }
 
 static void
-add_dirs(struct watcher *w, json_t *items)
+add_dirs(struct watcher *w, struct envd_fs_reply *r)
 {
+	json_t *items = envd_fs_items(r), *it;
 	size_t i;
-	json_t *it;
 
 	json_array_foreach(items, i, it) {
 		json_t *wd = json_array_get(it, 0), *rel = json_array_get(it, 1);
@@ -168,6 +168,7 @@ add_dirs(struct watcher *w, json_t *items)
 		w->dirs[w->ndirs].wd = (int)json_integer_value(wd);
 		w->dirs[w->ndirs++].rel = xstrdup(json_string_value(rel));
 	}
+	json_decref(items);
 }
 
 static struct watch_dir *
@@ -227,7 +228,7 @@ op_done(struct envd_fs_reply *r, void *arg)
 		 * simply not watched. */
 		if (r->err.status == 0 || r->err.status == 404 ||
 		    r->err.status == 403)
-			add_dirs(w, r->items);
+			add_dirs(w, r);
 		else
 			log_warn("envd: watch %s: %s", w->root, r->err.msg);
 	} else {
@@ -437,7 +438,7 @@ setup_done(struct envd_fs_reply *r, void *arg)
 	}
 	w->ifd = r->fd;
 	r->fd = -1;
-	add_dirs(w, r->items);
+	add_dirs(w, r);
 	w->ev = event_new(w->agent->base, w->ifd, EV_READ | EV_PERSIST,
 	    inotify_cb, w);
 	if (w->events == NULL) {
