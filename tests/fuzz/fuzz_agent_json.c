@@ -3,10 +3,11 @@
  * HTTP server into the real handlers, in-process, on a scratch workspace:
  * JSON bodies (first through http_json_parse, the layer every JSON route
  * goes through) and query strings. Every route is served but those that
- * start processes (run_shell_command, run_ipython_cell, add_servers) and
- * the streamed uploads (fuzzed as multipart and raw bytes elsewhere); the
- * native filesystem tools answer /mcp/call_tool, so their argument checks
- * and file operations are fuzzed too, beneath the scratch workspace.
+ * start processes (run_shell_command, run_ipython_cell, add_servers,
+ * envd's /files) and the streamed uploads (fuzzed as multipart and raw
+ * bytes elsewhere); the native filesystem tools answer /mcp/call_tool, so
+ * their argument checks and file operations are fuzzed too, beneath the
+ * scratch workspace.
  *
  * Input: one byte choosing the route, then its body (POST) or its query
  * string (other methods).
@@ -32,14 +33,16 @@ static struct http_route routes[32];
 static size_t nroutes;
 static char root[64];
 
-/* Routes that would start processes, or stream uploads. */
+/* Routes that would start processes (envd's /files starts a file
+ * helper, this binary executed anew), or stream uploads. */
 static int
 left_out(const struct http_route *r)
 {
 	return (r->flags & HTTP_ROUTE_STREAM_BODY) ||
 	    strcmp(r->path, "/tools/run_shell_command") == 0 ||
 	    strcmp(r->path, "/tools/run_ipython_cell") == 0 ||
-	    strcmp(r->path, "/mcp/add_servers") == 0;
+	    strcmp(r->path, "/mcp/add_servers") == 0 ||
+	    strcmp(r->path, "/envd/files") == 0;
 }
 
 static void
