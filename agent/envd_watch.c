@@ -225,18 +225,21 @@ op_done(struct envd_fs_reply *r, void *arg)
 	w->nqueued--;
 	if (e->kind == EV_ADD_DIR) {
 		/* A directory gone meanwhile, or closed to the user, is
-		 * simply not watched. */
-		if (r->err.status == 0 || r->err.status == 404 ||
-		    r->err.status == 403)
-			add_dirs(w, r);
-		else
-			log_warn("envd: watch %s: %s", w->root, r->err.msg);
+		 * simply not watched; any other failure (the user's limit of
+		 * watches) ends the watch, as fsnotify's error does. */
+		wevent_free(e);
+		if (r->err.status != 0 && r->err.status != 404 &&
+		    r->err.status != 403) {
+			watcher_broken(w, &r->err);
+			return;
+		}
+		add_dirs(w, r);
 	} else {
 		/* A lookup that fails leaves the event without its entry. */
 		emit(w, e, r->err.status == 0 ? json_object_get(r->result,
 		    "entry") : NULL);
+		wevent_free(e);
 	}
-	wevent_free(e);
 	if (w->err.status == 0 && (w->stream != NULL || w->events != NULL))
 		pump(w);
 }
