@@ -444,6 +444,16 @@ def test_files_up_and_down_byte_exact(envd, box):
     assert r.content == b"" and r.headers["Content-Length"] == "0"
 
 
+def test_many_large_files_in_one_upload(envd, box):
+    blobs = [(os.path.join(box.user, f"f{i}.bin"), os.urandom(3 << 20))
+             for i in range(4)] + [(os.path.join(box.user, "tiny"), b"t")]
+    r = files_post(envd, blobs)
+    assert r.status_code == 200, r.text
+    assert [e["path"] for e in r.json()] == [p for p, _ in blobs]
+    for path, data in blobs:
+        assert files_get(envd, path).content == data
+
+
 def test_files_errors(envd, box):
     for path, status in ((box.user + "/missing", 404), (box.user, 400),
                          (os.path.join(box.secret, "key"), 403)):
