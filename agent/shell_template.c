@@ -34,7 +34,9 @@
  * directory is the old one: it is started anew). A template that dies is
  * started again after SHELL_TEMPLATE_RETRY_SECONDS; one that never became
  * ready is given up with a warning (its stderr): commands run as plain
- * bash -c. The template is not used when the shell is not bash, or when
+ * bash -c. A request still in the socket when the template goes (killed,
+ * or started anew) reached no command and ran nothing: it ends as killed
+ * (-9), as does one taken by a command whose keeper root killed. The template is not used when the shell is not bash, or when
  * BASH_ENV is set (bash -c reads that file at each start, as root the
  * template must not).
  */
