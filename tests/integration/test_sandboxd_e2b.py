@@ -1,0 +1,361 @@
+"""E2B's SDKs (npm e2b 2.51 and @e2b/code-interpreter 2.8), unmodified,
+against sandboxd and a real dockerd: E2B_API_URL at sandboxd's /e2b,
+E2B_SANDBOX_URL at sandboxd itself, E2B_API_KEY its BEARER_TOKEN. The
+SDK side is e2b_client.mjs, driven step by step from here; what the SDKs
+never send (other SDK releases' routes, hostile requests) goes by plain
+HTTP. One sandboxd with a warm pool serves most tests, to keep the run
+short; the ones that need settings of their own start their own.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import requests
+
+from sandboxd_fixtures import (Sandboxd, base_tag, docker,  # noqa: F401
+                               minimal_tag, start_sandboxd, wait_until)
+
+NODE = "/usr/bin/node"
+CLIENT = os.path.join(os.path.dirname(__file__), "e2b_client.mjs")
+KEY = "e2b_" + "0123456789abcdef0123456789abcdef01234567"
+ENVD = "49983"
+CI = "49999"
+
+
+def run(s, steps, key=KEY, timeout=300):
+    """Each step's outcome, in order: {"ok": ...} or {"error": ...}."""
+    env = {**os.environ, "E2B_API_URL": s.url + "/e2b",
+           "E2B_SANDBOX_URL": s.url, "E2B_API_KEY": key}
+    p = subprocess.run([NODE, CLIENT, json.dumps(steps)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"client failed: {p.stderr}\n{p.stdout}"
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line]
+    assert len(lines) == len(steps), p.stdout + p.stderr
+    return lines
+
+
+def ok(line):
+    assert "ok" in line, line
+    return line["ok"]
+
+
+def err(line):
+    assert "error" in line, line
+    return line["error"]
+
+
+def api(s, method, path, body=None, key=KEY):
+    return requests.request(method, s.url + "/e2b" + path, json=body,
+                            headers={"X-API-Key": key}, timeout=120)
+
+
+def routed(s, sandbox, port, path, method="GET", token=None, **kw):
+    headers = {"E2b-Sandbox-Id": sandbox, "E2b-Sandbox-Port": port,
+               **kw.pop("headers", {})}
+    if token:
+        headers["X-Access-Token"] = token
+    return requests.request(method, s.url + path, headers=headers,
+                            timeout=120, **kw)
+
+
+@pytest.fixture(scope="module")
+def e2b(base_tag):
+    """One sandboxd for the module: base sandboxes, two warm."""
+    s = Sandboxd(base_tag, token=KEY, env={
+        "DEFAULT_SANDBOX_TYPE": "base", "POOL_SIZE": "2"})
+    yield s
+    status = s.stop()
+    s.remove_leftovers()
+    shutil.rmtree(s.dir, ignore_errors=True)
+    assert status == 0, s.read_log()[-4000:]
+
+
+def test_create_info_list_timeout_kill(e2b):
+    """The lifecycle of the SDK's Sandbox: create with metadata and a
+    timeout, getInfo, list by metadata, setTimeout moving the end, kill,
+    and not found afterwards."""
+    tag = f"t{time.time_ns()}"
+    a, info, listed, other, st, info2, killed, again, gone = run(e2b, [
+        {"op": "create", "opts": {"metadata": {"suite": tag, "k": "a b&c"},
+                                  "timeoutMs": 120000}},
+        {"op": "info"},
+        {"op": "list", "query": {"metadata": {"suite": tag,
+                                              "k": "a b&c"}}},
+        {"op": "list", "query": {"metadata": {"suite": tag, "k": "x"}}},
+        {"op": "set_timeout", "ms": 600000},
+        {"op": "info"},
+        {"op": "kill"},
+        {"op": "kill"},
+        {"op": "info"},
+    ])
+    sid = ok(a)["sandboxId"]
+    assert ok(a)["secure"] is True  # v2 creates are always secure
+    i = ok(info)
+    assert i["sandboxId"] == sid and i["templateId"] == "base"
+    assert i["metadata"] == {"suite": tag, "k": "a b&c"}
+    assert i["state"] == "running" and i["envdVersion"] == "0.6.4"
+    assert i["cpuCount"] == 1 and i["memoryMB"] == 1024
+    assert i["lifecycle"] == {"onTimeout": "kill", "autoResume": False}
+
+    def span(x):
+        return (time.mktime(time.strptime(x["endAt"][:19],
+                                          "%Y-%m-%dT%H:%M:%S")) -
+                time.mktime(time.strptime(x["startedAt"][:19],
+                                          "%Y-%m-%dT%H:%M:%S")))
+    assert 118 <= span(i) <= 122, i
+    assert ok(listed) == [[sid]]
+    assert ok(other) == [[]]
+    assert ok(st) is None
+    assert 598 <= span(ok(info2)) <= 605, ok(info2)
+    assert ok(killed) is True and ok(again) is False
+    assert err(gone)["name"] == "SandboxNotFoundError", gone
+    assert sid not in e2b.containers()
+
+
+def test_list_pages_order_and_filters(e2b):
+    """Sandbox.list pages with X-Next-Token, newest first (or oldest with
+    order=asc), filtered by state and template; the v1 list and a bad
+    query are answered as E2B does."""
+    tag = f"t{time.time_ns()}"
+    steps = [{"op": "create", "as": f"s{i}",
+              "opts": {"metadata": {"suite": tag}}} for i in range(3)]
+    steps += [{"op": "list", "query": {"metadata": {"suite": tag}},
+               "limit": 2},
+              {"op": "pause", "sb": "s1"},
+              {"op": "list", "query": {"metadata": {"suite": tag},
+                                       "state": ["paused"]}},
+              {"op": "list", "query": {"metadata": {"suite": tag},
+                                       "state": ["running"]}},
+              {"op": "list", "query": {"metadata": {"suite": tag},
+                                       "template": "minimal"}}]
+    lines = run(e2b, steps)
+    ids = [ok(x)["sandboxId"] for x in lines[:3]]
+    assert ok(lines[3]) == [[ids[2], ids[1]], [ids[0]]]
+    assert ok(lines[4]) is True
+    assert ok(lines[5]) == [[ids[1]]]
+    assert ok(lines[6]) == [[ids[2], ids[0]]]
+    assert ok(lines[7]) == [[]]
+    q = "metadata=" + requests.utils.quote(f"suite={tag}")
+    r = api(e2b, "GET", f"/v2/sandboxes?{q}&order=asc&limit=2")
+    assert [x["sandboxID"] for x in r.json()] == ids[:2]
+    r = api(e2b, "GET", f"/v2/sandboxes?{q}&order=asc&limit=2&nextToken="
+            + requests.utils.quote(r.headers["X-Next-Token"]))
+    assert [x["sandboxID"] for x in r.json()] == ids[2:]
+    assert "X-Next-Token" not in r.headers
+    # v1: running ones only, no pages.
+    r = api(e2b, "GET", f"/sandboxes?{q}")
+    assert sorted(x["sandboxID"] for x in r.json()) == sorted(
+        [ids[0], ids[2]]), r.text
+    for bad in ("limit=0", "limit=101", "state=gone", "order=up",
+                "startedAfter=yesterday", "nextToken=x"):
+        r = api(e2b, "GET", f"/v2/sandboxes?{bad}")
+        assert r.status_code == 400 and r.json()["code"] == 400, (bad, r.text)
+    for sid in ids:
+        assert api(e2b, "DELETE", f"/sandboxes/{sid}").status_code == 204
+
+
+def test_timeout_ends_a_sandbox(e2b):
+    """A sandbox ends when its timeout passes, no heartbeat needed."""
+    a, gone = run(e2b, [{"op": "create", "opts": {"timeoutMs": 1000}},
+                        {"op": "wait_gone"}])
+    assert ok(gone)["name"] == "SandboxNotFoundError", gone
+    wait_until(lambda: ok(a)["sandboxId"] not in e2b.containers(), 60,
+               what="the container to go")
+
+
+def test_pause_connect_and_auto_pause(e2b):
+    """pause freezes it (paused in getInfo and list, its envd 502 through
+    the router, so isRunning is false), a second pause is false, connect
+    resumes it; a sandbox created with onTimeout pause pauses at its
+    timeout instead of ending."""
+    lines = run(e2b, [
+        {"op": "create"},
+        {"op": "pause"}, {"op": "pause"}, {"op": "info"},
+        {"op": "is_running"},
+        {"op": "create", "as": "auto",
+         "opts": {"timeoutMs": 1000, "lifecycle": {"onTimeout": "pause"}}},
+    ])
+    sid = ok(lines[0])["sandboxId"]
+    assert ok(lines[1]) is True and ok(lines[2]) is False
+    assert ok(lines[3])["state"] == "paused"
+    assert e2b.inspect(sid)["State"]["Status"] == "paused"
+    assert ok(lines[4]) is False
+    connected, info = run(e2b, [
+        {"op": "connect", "id": sid, "opts": {"timeoutMs": 60000}},
+        {"op": "info", "id": sid}])
+    assert ok(connected)["sandboxId"] == sid
+    assert ok(info)["state"] == "running"
+    assert e2b.inspect(sid)["State"]["Status"] == "running"
+    auto = ok(lines[5])["sandboxId"]
+    wait_until(lambda: api(e2b, "GET", f"/sandboxes/{auto}").json()
+               ["state"] == "paused", 60, what="the pause at the timeout")
+    info = api(e2b, "GET", f"/sandboxes/{auto}").json()
+    assert info["lifecycle"]["onTimeout"] == "pause"
+    # The v1 routes: resume answers the sandbox (409 when running).
+    r = api(e2b, "POST", f"/sandboxes/{auto}/resume", {"timeout": 60})
+    assert r.status_code == 201 and r.json()["sandboxID"] == auto, r.text
+    r = api(e2b, "POST", f"/sandboxes/{auto}/resume", {})
+    assert r.status_code == 409 and r.json()["code"] == 409
+    for x in (sid, auto):
+        assert api(e2b, "DELETE", f"/sandboxes/{x}").status_code == 204
+
+
+def test_errors_are_e2bs(e2b):
+    """Each failure reaches the SDK as the class E2B's service gives:
+    a wrong key, an unknown template, an unknown sandbox, and features
+    sandboxd does not have (loudly, never a fake success)."""
+    bad_key = run(e2b, [{"op": "create"}], key="e2b_" + "f" * 40)[0]
+    assert err(bad_key)["name"] == "AuthenticationError", bad_key
+    lines = run(e2b, [
+        {"op": "create", "template": "no-such-template"},
+        {"op": "info", "id": "sandboxd-0000000000000000"},
+        {"op": "kill", "id": "sandboxd-0000000000000000"},
+        {"op": "create", "opts": {"network": {"denyOut": ["0.0.0.0/0"]}}},
+        {"op": "create", "opts": {"mcp": {"x": {}}}},
+        {"op": "create", "opts": {"timeoutMs": 10 ** 9}},
+    ])
+    e = err(lines[0])
+    assert e["statusCode"] == 404 and "no-such-template" in e["message"], e
+    assert err(lines[1])["name"] == "SandboxNotFoundError"
+    assert ok(lines[2]) is False
+    e = err(lines[3])
+    assert e["statusCode"] == 400 and "network" in e["message"], e
+    e = err(lines[4])
+    assert e["name"] == "SandboxError" and "mcp" in e["message"], e
+    e = err(lines[5])
+    assert e["statusCode"] == 400 and "timeout" in e["message"], e
+    sid = ok(run(e2b, [{"op": "create"}])[0])["sandboxId"]
+    for method, path, what in (
+            ("POST", f"/sandboxes/{sid}/fork", "fork"),
+            ("POST", f"/sandboxes/{sid}/snapshots", "snapshots"),
+            ("PUT", f"/sandboxes/{sid}/network", "network"),
+            ("GET", "/snapshots", "snapshots"),
+            ("DELETE", "/templates/x", "templates"),
+            ("GET", f"/v2/sandboxes/{sid}/logs", "logs")):
+        r = api(e2b, method, path, {})
+        assert r.status_code == 501, (path, r.text)
+        assert r.json()["code"] == 501 and what in r.json()["message"]
+    r = api(e2b, "POST", f"/sandboxes/{sid}/pause", {"memory": False})
+    assert r.status_code == 400 and "memory" in r.json()["message"]
+    # The key is checked before anything else, with a fixed answer.
+    for path in ("/sandboxes", "/no/such/route", f"/sandboxes/{sid}"):
+        r = api(e2b, "GET", path, key="wrong")
+        assert r.status_code == 401
+        assert r.json() == {"code": 401, "message": "Invalid API key"}
+    assert api(e2b, "DELETE", f"/sandboxes/{sid}").status_code == 204
+
+
+def test_rate_limit_when_full(start_sandboxd):
+    """MAX_SANDBOX_INSTANCES reached: E2B's rate limit error."""
+    s = start_sandboxd(token=KEY, env={"MAX_SANDBOX_INSTANCES": "1"})
+    first, second = run(s, [{"op": "create", "template": "minimal"},
+                            {"op": "create", "template": "minimal",
+                             "as": "b"}])
+    ok(first)
+    assert err(second)["name"] == "RateLimitError", second
+
+
+def test_v1_forms(e2b):
+    """The routes of other SDK releases (2.45, Python): POST /sandboxes
+    with secure false gives no token and its traffic is open; connect
+    and metrics in their v1 form."""
+    r = api(e2b, "POST", "/sandboxes", {"templateID": "base", "timeout": 60,
+                                        "secure": False,
+                                        "allow_internet_access": True})
+    assert r.status_code == 201, r.text
+    sb = r.json()
+    # A sandboxd with a BEARER_TOKEN never has an open sandbox.
+    assert sb["envdAccessToken"] and sb["trafficAccessToken"]
+    assert sb["envdVersion"] == "0.6.4" and sb["domain"] is None
+    sid = sb["sandboxID"]
+    r = api(e2b, "POST", f"/sandboxes/{sid}/connect", {"timeout": 300})
+    assert r.status_code == 200 and r.json()["sandboxID"] == sid, r.text
+    r = api(e2b, "GET", f"/sandboxes/{sid}/metrics")
+    assert r.status_code == 200, r.text
+    [m] = r.json()
+    assert m["cpuCount"] == 1 and m["memTotal"] > 0 and m["memUsed"] > 0
+    assert m["timestamp"].endswith("Z") and m["timestampUnix"] > 0
+    r = api(e2b, "POST", f"/sandboxes/{sid}/refreshes", {"duration": 30})
+    assert r.status_code == 204, r.text
+    r = api(e2b, "POST", f"/sandboxes/{sid}/timeout", {})
+    assert r.status_code == 400 and r.json()["code"] == 400
+    assert api(e2b, "DELETE", f"/sandboxes/{sid}").status_code == 204
+
+
+def test_router_hostile_requests(e2b):
+    """The router before requests the SDK never sends: an unknown
+    sandbox is E2B's 502, a sandbox's traffic needs its own token (not
+    another sandbox's, not its traffic token on envd's port), a port
+    other than envd's and the code interpreter's is closed, dot segments
+    and credentials other than a user are refused, and no header of the
+    client's names a user for it."""
+    a, b = (api(e2b, "POST", "/v2/sandboxes", {"templateID": "base"}).json()
+            for _ in range(2))
+    r = routed(e2b, "sandboxd-0000000000000000", ENVD, "/health")
+    assert r.status_code == 502
+    assert r.json() == {"code": 502,
+                        "message": "sandbox sandboxd-0000000000000000 not "
+                                   "found"}
+    r = routed(e2b, "<script>" + "x" * 500, ENVD, "/health")
+    assert r.json() == {"code": 502, "message": "sandbox not found"}
+    for token in (None, b["envdAccessToken"], a["trafficAccessToken"],
+                  a["envdAccessToken"] + "0", KEY):
+        r = routed(e2b, a["sandboxID"], ENVD, "/files?path=/etc/hostname",
+                   token=token)
+        assert r.status_code == 401 and r.json()["code"] == 401, token
+        r = routed(e2b, a["sandboxID"], ENVD,
+                   "/process.Process/List", method="POST", json={},
+                   token=token)
+        assert r.status_code == 401, token
+    r = routed(e2b, a["sandboxID"], CI, "/contexts",
+               headers={"E2B-Traffic-Access-Token": b["trafficAccessToken"]})
+    assert r.status_code == 401
+    r = routed(e2b, a["sandboxID"], "22", "/", token=a["envdAccessToken"])
+    assert r.status_code == 502 and "port 22" in r.json()["message"]
+    # Sent as is (requests would resolve the dots itself).
+    c = http.client.HTTPConnection("127.0.0.1", e2b.port, timeout=60)
+    c.request("GET", "/x/../../healthz", headers={
+        "E2b-Sandbox-Id": a["sandboxID"], "E2b-Sandbox-Port": ENVD,
+        "X-Access-Token": a["envdAccessToken"]})
+    assert c.getresponse().status == 400
+    c.close()
+    r = routed(e2b, a["sandboxID"], ENVD, "/health",
+               token=a["envdAccessToken"],
+               headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 401 and "Basic" in r.json()["message"]
+    for x in (a, b):
+        api(e2b, "DELETE", f"/sandboxes/{x['sandboxID']}")
+    r = routed(e2b, a["sandboxID"], ENVD, "/health",
+               token=a["envdAccessToken"])
+    assert r.status_code == 502, r.text
+
+
+def test_state_survives_a_restart(start_sandboxd):
+    """Metadata, the end and the paused state live in the state file: a
+    restarted sandboxd shows them, and the timeout still ends it."""
+    s = start_sandboxd(token=KEY, env={"AUTO_CLEANUP": "false"})
+    a, b, info, _ = run(s, [
+        {"op": "create", "template": "minimal",
+         "opts": {"metadata": {"m": "1"}, "timeoutMs": 15000}},
+        {"op": "create", "template": "minimal", "as": "p"},
+        {"op": "info"}, {"op": "pause", "sb": "p"}])
+    before = ok(info)
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit() == 0
+    s.start()
+    after = ok(run(s, [{"op": "info", "id": ok(a)["sandboxId"]}])[0])
+    assert after["metadata"] == {"m": "1"}
+    assert after["endAt"] == before["endAt"]
+    assert after["startedAt"] == before["startedAt"]
+    p = api(s, "GET", f"/sandboxes/{ok(b)['sandboxId']}").json()
+    assert p["state"] == "paused"
+    gone = run(s, [{"op": "wait_gone", "id": ok(a)["sandboxId"]}],
+               timeout=120)[0]
+    assert ok(gone)["name"] == "SandboxNotFoundError"
+    assert api(s, "DELETE", f"/sandboxes/{ok(b)['sandboxId']}"
+               ).status_code == 204
