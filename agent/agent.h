@@ -102,7 +102,8 @@ void shell_route_run(struct http_request *req, void *arg);
 /* shell_spare.c: shells started ahead of their commands. init starts
  * --shell-spares of them; take hands one the command (as bash -c would
  * run it) and the caller's callbacks, caps and timeout, or answers NULL
- * when none is ready (the caller then starts one itself); stop ends
+ * when none is ready and unspoilt (the caller then starts one itself:
+ * see there for spoilt); stop ends
  * them (shutdown). exec_options: how every command's shell is executed
  * (an execute-only copy under --run-as, see there). */
 struct spawn_callbacks;

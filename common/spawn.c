@@ -524,6 +524,14 @@ spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
 	arm_timeout(sp, timeout);
 }
 
+int
+spawn_untouched(struct spawn *sp)
+{
+	if (!sp->group || sp->exited || sp->cmd <= 0)
+		return 0;
+	return spawn_state_untouched(sp->cmd, sp->pid);
+}
+
 uint64_t
 spawn_captured(struct spawn *sp)
 {

@@ -90,6 +90,13 @@ int spawn_ready(struct spawn *sp);
  * dropped counts start again) and timeout from now (0: none). */
 void spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb,
     void *arg, const size_t capture_cap[3], double timeout);
+/* A spawn started ahead of need (new_group), before it is adopted: its
+ * program still runs, is neither stopped nor traced, and has the resource
+ * limits, scheduling attributes, CPUs and I/O priority a child forked now
+ * by the calling thread would inherit. A process of the same user may
+ * have changed any of these (spawn_state.c). 0 if not, or if it cannot
+ * be told. */
+int spawn_untouched(struct spawn *sp);
 /* Bytes captured so far on stdout and stderr, kept or dropped. */
 uint64_t spawn_captured(struct spawn *sp);
 /* The program's pid (not its keeper's). */

@@ -1,6 +1,7 @@
 /*
- * Between spawn.c (the parent side, on the event loop) and spawn_child.c
- * (what runs in the child between fork and exec). Private to the two.
+ * Between spawn.c (the parent side, on the event loop), spawn_child.c
+ * (what runs in the child between fork and exec) and spawn_state.c (what
+ * a program started ahead of need may have had changed). Private to them.
  */
 #ifndef SPAWN_INTERNAL_H
 #define SPAWN_INTERNAL_H
@@ -41,5 +42,9 @@ void spawn_child_exec(const struct spawn_options *o, const int fds[3],
  * child that runs the program of o (see spawn_child.c). Never returns. */
 void spawn_child_keeper(const struct spawn_options *o, const int fds[3],
     int errfd) __attribute__((noreturn));
+
+/* The program pid, a child of keeper, is still as it was started
+ * (spawn_state.c); 0 if not, or if that cannot be told. */
+int spawn_state_untouched(pid_t pid, pid_t keeper);
 
 #endif

@@ -13,10 +13,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/ioprio.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -709,6 +714,101 @@ test_reaper_reaps_orphans(void **state)
 	wait_gone(pid);
 }
 
+/* The process is stopped: a signal is delivered after kill returns. */
+static int
+pid_stopped(void *arg)
+{
+	char path[64], stat[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)*(pid_t *)arg);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return 0;
+	n = read(fd, stat, sizeof stat - 1);
+	close(fd);
+	stat[n > 0 ? n : 0] = '\0';
+	return (p = strrchr(stat, ')')) != NULL && p[1] == ' ' && p[2] == 'T';
+}
+
+enum spoil { SPOIL_STOP, SPOIL_NOFILE, SPOIL_NICE, SPOIL_CPUS,
+    SPOIL_SCHED_IDLE, SPOIL_IOPRIO, SPOILS };
+
+/* What any process of the same user may do to pid, one way; 0 if it
+ * changes nothing here (one CPU, or already so). */
+static int
+spoil(pid_t pid, enum spoil how)
+{
+	struct rlimit rl = { 4, 4 };
+	struct sched_param none = { 0 };
+	int nice = getpriority(PRIO_PROCESS, 0);
+	cpu_set_t cpus;
+
+	switch (how) {
+	case SPOIL_STOP:
+		if (kill(pid, SIGSTOP) < 0)
+			return 0;
+		loop_until(pid_stopped, &pid);
+		return 1;
+	case SPOIL_NOFILE:
+		return prlimit(pid, RLIMIT_NOFILE, &rl, NULL) == 0;
+	case SPOIL_NICE:
+		return nice < 19 && setpriority(PRIO_PROCESS, pid, nice + 1) == 0;
+	case SPOIL_CPUS:
+		if (sched_getaffinity(pid, sizeof cpus, &cpus) < 0 ||
+		    CPU_COUNT(&cpus) < 2)
+			return 0;
+		for (int cpu = 0; ; cpu++) {
+			if (CPU_ISSET(cpu, &cpus)) {
+				CPU_CLR(cpu, &cpus);
+				break;
+			}
+		}
+		return sched_setaffinity(pid, sizeof cpus, &cpus) == 0;
+	case SPOIL_SCHED_IDLE:
+		return sched_getscheduler(0) != SCHED_IDLE &&
+		    sched_setscheduler(pid, SCHED_IDLE, &none) == 0;
+	case SPOIL_IOPRIO:
+		return syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) !=
+		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) &&
+		    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, pid,
+		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)) == 0;
+	case SPOILS:
+		break;
+	}
+	return 0;
+}
+
+static void
+test_untouched_until_spoilt(void **state)
+{
+	struct spawn_options o = sh_options("exec sleep 100");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.new_group = 1;
+	for (int how = 0; how < SPOILS; how++) {
+		sp = start(&o, &exit_only, &r);
+		assert_true(spawn_untouched(sp));
+		if (spoil(spawn_pid(sp), (enum spoil)how))
+			assert_false(spawn_untouched(sp));
+		else
+			print_message("spoil %d changes nothing here\n", how);
+		spawn_free(sp);
+	}
+	/* Gone, or with no keeper to know it by: not to be used. */
+	sp = start(&o, &exit_only, &r);
+	kill(spawn_pid(sp), SIGKILL);
+	loop_until(run_done, &r);
+	assert_false(spawn_untouched(sp));
+	spawn_free(sp);
+	o.new_group = 0;
+	sp = start(&o, &exit_only, &r);
+	assert_false(spawn_untouched(sp));
+	spawn_free(sp);
+}
+
 static int
 group_setup(void **state)
 {
@@ -759,6 +859,7 @@ main(void)
 		cmocka_unit_test(test_free_kills_running_child),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_reaper_reaps_orphans),
+		cmocka_unit_test(test_untouched_until_spoilt),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
