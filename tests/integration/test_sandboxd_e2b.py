@@ -19,6 +19,7 @@ import requests
 
 from sandboxd_fixtures import (Sandboxd, base_tag, docker,  # noqa: F401
                                minimal_tag, start_sandboxd, wait_until)
+from test_sandboxd_redis import redis, redis_env  # noqa: F401
 
 NODE = "/usr/bin/node"
 CLIENT = os.path.join(os.path.dirname(__file__), "e2b_client.mjs")
@@ -359,3 +360,41 @@ def test_state_survives_a_restart(start_sandboxd):
     assert ok(gone)["name"] == "SandboxNotFoundError"
     assert api(s, "DELETE", f"/sandboxes/{ok(b)['sandboxId']}"
                ).status_code == 204
+
+
+def test_through_another_instance_on_redis(start_sandboxd, redis):
+    """Two sandboxd on one Redis: a create through B takes A's warm
+    sandbox; both list it and show its metadata, A (its owner) ends it at
+    its timeout, and what only the owner can do says so through B."""
+    env = {"POOL_SIZE": "1"}
+    a = start_sandboxd(token=KEY, env=redis_env(redis, "rea-", **env))
+    wait_until(lambda: "warm" in [x["state"] for x in a.get(
+        "/v1/sandboxes").json()["sandboxes"]], 60, what="A's warm one")
+    b = start_sandboxd(token=KEY, env=redis_env(redis, "reb-", **env))
+    made, info_b = run(b, [
+        {"op": "create", "template": "minimal",
+         "opts": {"metadata": {"who": "b"}, "timeoutMs": 60000}},
+        {"op": "info"}])
+    sid = ok(made)["sandboxId"]
+    assert sid.startswith("rea-"), sid     # A's, taken through B
+    assert ok(info_b)["metadata"] == {"who": "b"}
+    info_a, listed_a = run(a, [
+        {"op": "info", "id": sid},
+        {"op": "list", "query": {"metadata": {"who": "b"}}}])
+    assert ok(info_a)["metadata"] == {"who": "b"}
+    assert ok(info_a)["endAt"] == ok(info_b)["endAt"]
+    assert ok(listed_a) == [[sid]]
+    r = api(b, "POST", f"/sandboxes/{sid}/timeout", {"timeout": 1})
+    assert r.status_code == 421 and "through that instance" in \
+        r.json()["message"], r.text
+    # The owner ends it at its timeout, whoever made it.
+    assert api(a, "POST", f"/sandboxes/{sid}/timeout",
+               {"timeout": 1}).status_code == 204
+    gone = run(b, [{"op": "wait_gone", "id": sid}])[0]
+    assert ok(gone)["name"] == "SandboxNotFoundError"
+    wait_until(lambda: sid not in a.containers(), 60, what="A removes it")
+    # And a kill through the other instance.
+    other = ok(run(a, [{"op": "create", "template": "minimal"}])[0])
+    assert ok(run(b, [{"op": "kill", "id": other["sandboxId"]}])[0]) is True
+    wait_until(lambda: other["sandboxId"] not in a.containers(), 60,
+               what="the kill through B")
