@@ -89,6 +89,13 @@ static const struct config_option options[] = {
 	    "sandboxes publish their agent port on it, network-none ones are "
 	    "reached through our API on it (default: none, the instances "
 	    "share one host)" },
+	{ NULL, "SANDBOXD_REDIS_SECRET", CONFIG_STRING, C(redis_secret),
+	    NULL, "with Redis: the secret every instance signs what it "
+	    "writes there and seals tokens with (not on the command line; "
+	    "at least 32 characters; required)" },
+	{ "--redis-secret-file", "SANDBOXD_REDIS_SECRET_FILE", CONFIG_STRING,
+	    C(redis_secret_file), "FILE", "with Redis: SANDBOXD_REDIS_SECRET "
+	    "read from FILE's first line" },
 	{ "--redis-lease", "SANDBOXD_REDIS_LEASE", CONFIG_DOUBLE,
 	    C(redis_lease), "SECONDS", "with Redis: each instance renews a "
 	    "lease of this length every second; without it, its warm "
@@ -577,7 +584,7 @@ validate_redis(struct sandboxd_config *c, struct error *err)
 		    "numeric IPv4 address", c->advertise_addr);
 		return -1;
 	}
-	return 0;
+	return c->redis_enabled ? shared_secret_load(c, err) : 0;
 }
 
 int
@@ -863,7 +870,7 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->types_file, &c->docker_host, &c->allowed_mount_dirs,
 		&c->public_url, &c->log_level, &c->redis_prefix,
 		&c->redis_pool_key, &c->redis_port_key, &c->advertise_addr,
-		&c->e2b_templates,
+		&c->redis_secret, &c->redis_secret_file, &c->e2b_templates,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {

@@ -19,8 +19,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -28,6 +26,7 @@
 #include <event2/util.h>
 #include <http_parser.h>
 
+#include "http_client.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -423,24 +422,6 @@ clean_header(struct http_request *req, const char *name)
 	return v;
 }
 
-static int
-agent_sockaddr(const char *addr, struct sockaddr_storage *ss, int *len)
-{
-	struct sockaddr_un *sun = (struct sockaddr_un *)ss;
-
-	memset(ss, 0, sizeof *ss);
-	if (strncmp(addr, "unix:", 5) == 0) {
-		if (strlen(addr + 5) >= sizeof sun->sun_path)
-			return -1;
-		sun->sun_family = AF_UNIX;
-		strcpy(sun->sun_path, addr + 5);
-		*len = sizeof *sun;
-		return 0;
-	}
-	*len = sizeof *ss;
-	return evutil_parse_sockaddr_port(addr, (struct sockaddr *)ss, len);
-}
-
 void
 desktop_relay_start(struct http_request *req, struct sandbox *sb,
     const char *query)
@@ -449,11 +430,10 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 	const char *version = clean_header(req, "Sec-WebSocket-Version");
 	const char *protocol = clean_header(req, "Sec-WebSocket-Protocol");
 	struct timeval tv = { HANDSHAKE_TIMEOUT, 0 };
-	struct sockaddr_storage ss;
 	struct desktop_relay *r;
 	struct evbuffer *out;
 	struct error e;
-	int sslen;
+	int fd;
 
 	if (!http_request_is_upgrade(req) || key == NULL || version == NULL) {
 		http_reply_error(req, 400, "a WebSocket upgrade is expected at "
@@ -469,8 +449,9 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 		    "viewers, as many as it takes", RELAY_MAX);
 		return;
 	}
-	if (agent_sockaddr(sb->agent_addr, &ss, &sslen) < 0) {
-		http_reply_error(req, 500, "the agent's address is malformed");
+	fd = http_client_connect(sb->agent_addr, &e);
+	if (fd < 0) {
+		http_reply_error(req, 502, "cannot reach the agent");
 		return;
 	}
 	sessions_touch_sandbox(sb);
@@ -481,7 +462,7 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 	TAILQ_INSERT_TAIL(&relays, r, entry);
 	nrelays++;
 	http_request_on_close(req, viewer_gone_cb, r);
-	r->agent = bufferevent_socket_new(sd.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	r->agent = bufferevent_socket_new(sd.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (r->agent == NULL)
 		fatal("out of memory");
 	bufferevent_setcb(r->agent, answer_read_cb, NULL, answer_event_cb, r);
@@ -499,8 +480,8 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 		evbuffer_add_printf(out, "Sec-WebSocket-Protocol: %s\r\n",
 		    protocol);
 	evbuffer_add_printf(out, "Authorization: Bearer %s\r\n\r\n", sb->token);
-	if (bufferevent_socket_connect(r->agent, (struct sockaddr *)&ss,
-	    sslen) < 0) {
+	/* With no address, libevent takes the socket as connecting. */
+	if (bufferevent_socket_connect(r->agent, NULL, 0) < 0) {
 		error_set_errno(&e, 502, errno, "cannot reach the agent");
 		refuse(r, &e);
 	}

@@ -59,10 +59,14 @@ struct builtin {
 /* Limits are ceilings, not reservations: a hundred idle minimal sandboxes
  * cost almost nothing. The browser type needs the network to browse.
  * filesystem, browser and gui carry a desktop (an X server, its window
- * manager, what a person opens on it from desktop_url): the same room. */
+ * manager, what a person opens on it from desktop_url): the same room.
+ * code-interpreter runs a Python kernel per code context, pandas and
+ * matplotlib in them: room for several. */
 static const struct builtin builtins[] = {
 	{ "base", 1024 * MiB, 1.0, 512, "none", NULL, generic_tools },
 	{ "minimal", 256 * MiB, 0.5, 128, "none", NULL, NULL },
+	{ "code-interpreter", 2048 * MiB, 1.0, 512, "none", NULL,
+	    generic_tools },
 	{ "filesystem", 2048 * MiB, 1.0, 1024, "none", "filesystem",
 	    filesystem_tools },
 	{ "browser", 2048 * MiB, 1.0, 1024, "bridge", NULL, browser_tools },

@@ -22,8 +22,9 @@
  * fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
- * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
- * sandboxd on one Redis, REDIS_ENABLED).
+ * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
+ * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c
+ * (several sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -81,6 +82,9 @@ struct sandboxd_config {
 	char *redis_pool_key;		/* REDIS_CONTAINER_POOL_KEY */
 	char *redis_port_key;		/* REDIS_PORT_KEY */
 	char *advertise_addr;		/* NULL: instances share one host */
+	/* Read, checked and wiped by shared_secret_load. */
+	char *redis_secret;		/* SANDBOXD_REDIS_SECRET */
+	char *redis_secret_file;	/* SANDBOXD_REDIS_SECRET_FILE */
 	double redis_lease;		/* seconds an instance's lease lasts */
 	double redis_dead_grace;	/* seconds after a lapsed lease until
 					 * its records are removed */
@@ -615,6 +619,11 @@ struct redisAsyncContext;
 typedef void (*shared_reply_cb)(struct redisAsyncContext *ac, void *reply,
     void *arg);
 typedef void (*shared_done_cb)(struct sandbox *sb, void *arg);
+/* The secret the instances sign and seal with (SANDBOXD_REDIS_SECRET or
+ * SANDBOXD_REDIS_SECRET_FILE, at least 32 characters): the keys are
+ * derived and the configuration's copy wiped. -1 with err naming the
+ * key. */
+int shared_secret_load(struct sandboxd_config *cfg, struct error *err);
 /* Connect, AUTH, SELECT, PING, blocking, before the loop: -1 with err
  * naming the setting at fault. */
 int shared_check(struct error *err);
