@@ -64,11 +64,22 @@ def routed(s, sandbox, port, path, method="GET", token=None, **kw):
                             timeout=120, **kw)
 
 
+@pytest.fixture(scope="session")
+def ci_tag(base_tag):
+    """The code-interpreter image of this tree's agent, under the base
+    image's tag (its layers cached after the first build)."""
+    subprocess.run([os.path.join(os.path.dirname(__file__), "..", "..",
+                                 "tools", "build-image"), "--tag", base_tag,
+                    "code-interpreter"], check=True, timeout=1800)
+    return base_tag
+
+
 @pytest.fixture(scope="module")
-def e2b(base_tag):
-    """One sandboxd for the module: base sandboxes, two warm."""
-    s = Sandboxd(base_tag, token=KEY, env={
-        "DEFAULT_SANDBOX_TYPE": "base", "POOL_SIZE": "2"})
+def e2b(ci_tag):
+    """One sandboxd for the module: base and code interpreter sandboxes,
+    two of each warm."""
+    s = Sandboxd(ci_tag, token=KEY, env={
+        "DEFAULT_SANDBOX_TYPE": "base,code-interpreter", "POOL_SIZE": "2"})
     yield s
     status = s.stop()
     s.remove_leftovers()
@@ -398,3 +409,217 @@ def test_through_another_instance_on_redis(start_sandboxd, redis):
     assert ok(run(b, [{"op": "kill", "id": other["sandboxId"]}])[0]) is True
     wait_until(lambda: other["sandboxId"] not in a.containers(), 60,
                what="the kill through B")
+
+
+# envd through the router: commands, files, PTY, watch.
+
+def test_commands(e2b):
+    """commands.run in the foreground with envs from the create and the
+    call, cwd and exit codes; output streamed while the command runs; a
+    background process listed, then killed; stdin sent and closed."""
+    lines = run(e2b, [
+        {"op": "create", "opts": {"envs": {"FROM_CREATE": "c1"}}},
+        {"op": "run", "cmd": "echo $FROM_CREATE $FROM_CALL $(whoami); pwd",
+         "opts": {"envs": {"FROM_CALL": "c2"}, "cwd": "/tmp"}},
+        {"op": "run", "cmd": "echo out; echo err >&2; exit 3"},
+        {"op": "run_streamed"},
+        {"op": "background", "cmd": "sleep 600"},
+        {"op": "ps"},
+        {"op": "kill_pid"},
+        {"op": "ps"},
+        {"op": "stdin", "text": "hello\nworld\n"},
+        {"op": "kill"},
+    ])
+    r = ok(lines[1])
+    assert r["stdout"] == "c1 c2 user\n/tmp\n" and r["exitCode"] == 0, r
+    r = ok(lines[2])
+    assert r["thrown"] == "CommandExitError" and r["exitCode"] == 3, r
+    assert r["stdout"] == "out\n" and r["stderr"] == "err\n"
+    r = ok(lines[3])
+    assert r["stdout"] == "first\nsecond\n", r
+    assert r["seen"][0] == "first\n", r
+    pid = ok(lines[4])["pid"]
+    assert pid in ok(lines[5])
+    k = ok(lines[6])
+    assert k["killed"] is True and k["end"]["name"] == "CommandExitError", k
+    assert pid not in ok(lines[7])
+    assert ok(lines[8])["stdout"] == "hello\nworld\n"
+
+
+def test_pty_with_resize(e2b):
+    """A PTY session: a real terminal of 80x24, resized to 100x30."""
+    _, p, _ = run(e2b, [{"op": "create"}, {"op": "pty"}, {"op": "kill"}])
+    assert ok(p) == {"before": True, "after": True, "exitCode": 0,
+                     "tty": True}, p
+
+
+def test_files_watch_and_isolation(e2b):
+    """Files byte-exact both ways (every byte value, 3 MiB), text, list and
+    exists; a watch sees a write; two sandboxes see nothing of each
+    other's files or processes."""
+    lines = run(e2b, [
+        {"op": "create", "as": "a"}, {"op": "create", "as": "b"},
+        {"op": "write_bytes", "sb": "a", "path": "/home/user/blob",
+         "size": 3 * 1024 * 1024 + 7, "seed": 7},
+        {"op": "read_sha", "sb": "a", "path": "/home/user/blob"},
+        {"op": "write", "sb": "a", "path": "d/e/t.txt", "text": "héllo\n"},
+        {"op": "read", "sb": "a", "path": "/home/user/d/e/t.txt"},
+        {"op": "list_dir", "sb": "a", "path": "/home/user/d/e"},
+        {"op": "exists", "sb": "b", "path": "/home/user/blob"},
+        {"op": "read", "sb": "b", "path": "/home/user/d/e/t.txt"},
+        {"op": "watch", "sb": "a", "dir": "/home/user/w", "file": "new"},
+        {"op": "background", "sb": "a", "cmd": "sleep 600"},
+        {"op": "ps", "sb": "b"},
+        {"op": "kill", "sb": "a"}, {"op": "kill", "sb": "b"},
+    ])
+    written = ok(lines[2])
+    assert ok(lines[3]) == {"sha": written, "size": 3 * 1024 * 1024 + 7}
+    assert ok(lines[5]) == "héllo\n"
+    assert ok(lines[6]) == ["t.txt"]
+    assert ok(lines[7]) is False
+    assert err(lines[8])["name"] == "FileNotFoundError", lines[8]
+    events = ok(lines[9])
+    assert any(e["name"] == "new" for e in events), events
+    assert ok(lines[10])["pid"] not in ok(lines[11])
+
+
+def test_pause_keeps_a_running_process(e2b):
+    """A paused sandbox's processes are frozen, not ended (Docker's
+    freezer, test_pause_connect_and_auto_pause): after connect the same
+    process goes on counting."""
+    count = ("sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.tmp; "
+             "mv /tmp/n.tmp /tmp/n; sleep 0.05; done'")
+    lines = run(e2b, [
+        {"op": "create"},
+        {"op": "background", "cmd": count, "opts": {"timeoutMs": 0}},
+        {"op": "run", "cmd": "sleep 0.5; cat /tmp/n"},
+        {"op": "pause"},
+    ])
+    sid = ok(lines[0])["sandboxId"]
+    pid = ok(lines[1])["pid"]
+    before = int(ok(lines[2])["stdout"])
+    lines = run(e2b, [
+        {"op": "connect", "id": sid},
+        {"op": "run", "cmd": "cat /tmp/n"},
+        {"op": "run", "cmd": "sleep 0.5; cat /tmp/n"},
+        {"op": "ps"},
+        {"op": "kill"},
+    ])
+    thawed, later = (int(ok(x)["stdout"]) for x in lines[1:3])
+    # Not started again (it would count from 1): the same process goes on.
+    assert before <= thawed < later, (before, thawed, later)
+    assert pid in ok(lines[3])
+
+
+def test_signed_file_urls(e2b):
+    """uploadUrl() and downloadUrl() of a secure sandbox are plain URLs
+    (E2B_SANDBOX_URL/files, no sandbox header) that sandboxd routes by
+    their signature; a changed signature is refused."""
+    _, urls, _ = run(e2b, [
+        {"op": "create"},
+        {"op": "signed_urls", "path": "/home/user/up.txt", "text": "via url"},
+        {"op": "kill"}])
+    u = ok(urls)
+    assert u["urls"] == ["/files", "/files"]
+    assert u["upload"] == 200 and u["download"] == 200, u
+    assert u["text"] == "via url"
+    assert u["tampered"] == 401
+
+
+def test_hostile_sandbox_traffic(e2b):
+    """What a hostile user could try through the router: the agent's
+    secrets through the files API (its environment, its memory) as the
+    default user and as root, and envelopes the SDK never sends, each a
+    clear error and nothing else."""
+    made, env, mem, as_root = run(e2b, [
+        {"op": "create"},
+        {"op": "read", "path": "/proc/1/environ"},
+        {"op": "read", "path": "/proc/1/mem"},
+        {"op": "read", "path": "/proc/1/environ", "opts": {"user": "root"}},
+    ])
+    for line in (env, mem, as_root):
+        e = err(line)
+        assert "SECRET_TOKEN" not in e["message"], e
+    sid = ok(made)["sandboxId"]
+    info = api(e2b, "GET", f"/sandboxes/{sid}").json()
+    token = info["envdAccessToken"]
+    hdr = {"Content-Type": "application/connect+json",
+           "Connect-Protocol-Version": "1"}
+    # An envelope announcing 2 GiB, one far over the agent's limit, a
+    # unary message as large: Connect's resource_exhausted, in the
+    # stream's end or as the answer; an unknown method: unimplemented.
+    for body in (b"\x00\x7f\xff\xff\xff{}",
+                 b"\x00" + (8 << 20).to_bytes(4, "big") + b"x" * (8 << 20)):
+        r = routed(e2b, sid, ENVD, "/process.Process/Start", method="POST",
+                   token=token, headers=hdr, data=body)
+        assert r.status_code == 200 and r.content[:1] == b"\x02", r.content
+        assert json.loads(r.content[5:])["error"]["code"] == \
+            "resource_exhausted", r.content
+    r = routed(e2b, sid, ENVD, "/process.Process/List", method="POST",
+               token=token, data=b"x" * (5 << 20),
+               headers={"Content-Type": "application/json"})
+    assert r.status_code == 429
+    assert r.json()["code"] == "resource_exhausted", r.text
+    r = routed(e2b, sid, ENVD, "/process.Process/NoSuch", method="POST",
+               token=token, json={})
+    assert r.status_code == 501 and r.json()["code"] == "unimplemented"
+    # The sandbox still serves.
+    assert ok(run(e2b, [{"op": "connect", "id": sid},
+                        {"op": "run", "cmd": "echo alive"}])[1])[
+                            "stdout"] == "alive\n"
+    api(e2b, "DELETE", f"/sandboxes/{sid}")
+
+
+def test_code_interpreter(e2b):
+    """The code interpreter's Sandbox (template code-interpreter-v1):
+    runCode's value, output streamed to its callback, the create's envs
+    in the kernel, an error with its name, a figure as a PNG result, and
+    contexts (their own state, listed, restarted, removed); envd serves
+    the same sandbox."""
+    lines = run(e2b, [
+        {"op": "create", "ci": True, "opts": {"envs": {"FROM_CREATE": "k1"}}},
+        {"op": "run_code", "code": "1 + 1"},
+        {"op": "run_code", "code": "import os, sys\nprint('out')\n"
+         "print('err', file=sys.stderr)\nos.environ['FROM_CREATE']"},
+        {"op": "run_code", "code": "1 / 0"},
+        {"op": "run_code", "code": "import matplotlib.pyplot as plt\n"
+         "plt.plot([1, 2, 3])\nplt.show()"},
+        {"op": "contexts"},
+        {"op": "run", "cmd": "echo $FROM_CREATE; python3 -c 'import pandas'"},
+        {"op": "kill"},
+    ])
+    assert ok(lines[0])["secure"] is True
+    r = ok(lines[1])
+    assert r["text"] == "2" and r["error"] is None, r
+    assert isinstance(r["executionCount"], int)
+    r = ok(lines[2])
+    assert r["logs"] == {"stdout": ["out\n"], "stderr": ["err\n"]}, r
+    assert r["streamed"] == ["out\n"] and r["text"] == "k1", r
+    r = ok(lines[3])
+    assert r["error"]["name"] == "ZeroDivisionError", r
+    assert "division by zero" in r["error"]["value"]
+    r = ok(lines[4])
+    assert [x["png"] for x in r["results"]] == [True], r
+    assert ok(lines[5]) == {"inCtx": "42", "outside": "NameError",
+                            "listed": True, "afterRestart": "NameError",
+                            "gone": False}
+    assert ok(lines[6])["stdout"] == "k1\n"
+
+
+def test_readme_example(e2b, tmp_path):
+    """The README's example, as printed there, with its three variables."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..",
+                           "README.md")) as f:
+        readme = f.read()
+    section = readme[readme.index("### E2B's SDKs, unchanged"):]
+    code = section[section.index("```js\n") + 6:]
+    code = code[:code.index("```")]
+    (tmp_path / "node_modules").symlink_to(os.path.join(
+        os.path.dirname(__file__), "..", "node_modules"))
+    (tmp_path / "example.mjs").write_text(code)
+    env = {**os.environ, "E2B_API_URL": e2b.url + "/e2b",
+           "E2B_SANDBOX_URL": e2b.url, "E2B_API_KEY": KEY}
+    p = subprocess.run([NODE, str(tmp_path / "example.mjs")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "hi from user\n\nhello\n", p.stdout
