@@ -12,7 +12,8 @@
  * set it (a restart, a take from our pool by another instance). A tick
  * once a second, as the session reaper has, ends the sandboxes whose
  * time is up: released, or paused where the create asked for it. Only
- * the owner ends a sandbox; a paused one's clock stands still.
+ * the owner ends a sandbox; a paused one's clock stands still, however
+ * it was paused, and a resume starts it again with its last timeout.
  */
 #include "api_e2b.h"
 
@@ -387,13 +388,22 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 
 		next = sandbox_next(sb);
 		if (e == NULL || sb->op != NULL || sb->state == SB_CREATING ||
-		    sb->state == SB_PAUSED || sb->state == SB_RELEASING ||
-		    sb->state == SB_RELEASED)
+		    sb->state == SB_RELEASING || sb->state == SB_RELEASED)
 			continue;
+		end_at = json_object_get(e, "end_at");
+		/* Paused or resumed through our own REST routes: the clock
+		 * stops, and starts again with its last timeout. */
+		if (sb->state == SB_PAUSED) {
+			if (json_is_number(end_at))
+				api_e2b_stop_clock(sb);
+			continue;
+		}
+		if (!json_is_number(end_at)) {
+			api_e2b_set_end(sb, json_number_value(json_object_get(e,
+			    "timeout")), 0);
+			continue;
+		}
 		if (sb->ends_at == 0) {
-			end_at = json_object_get(e, "end_at");
-			if (!json_is_number(end_at))
-				continue;
 			sb->ends_at = mono + json_number_value(end_at) - now;
 			if (sb->ends_at <= 0)
 				sb->ends_at = mono;

@@ -217,6 +217,30 @@ def test_pause_connect_and_auto_pause(e2b):
         assert api(e2b, "DELETE", f"/sandboxes/{x}").status_code == 204
 
 
+def test_clock_stands_still_however_paused(e2b):
+    """Paused and resumed through sandboxd's own REST routes, an E2B
+    sandbox's timeout stands still meanwhile and runs again after, from
+    its last timeout: not ended at once for the time it spent paused."""
+    sid = ok(run(e2b, [{"op": "create",
+                        "opts": {"timeoutMs": 3000}}])[0])["sandboxId"]
+    r = e2b.post(f"/v1/sandboxes/{sid}/pause")
+    assert r.status_code == 200, r.text
+    wait_until(lambda: api(e2b, "GET", f"/sandboxes/{sid}").json()
+               ["state"] == "paused", 30, what="paused")
+    time.sleep(4)       # past its end, were its clock running
+    assert e2b.post(f"/v1/sandboxes/{sid}/resume").status_code == 200
+
+    def restarted():
+        r = api(e2b, "GET", f"/sandboxes/{sid}")
+        assert r.status_code == 200, "ended at once: " + r.text
+        end = time.mktime(time.strptime(r.json()["endAt"][:19],
+                                        "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        return end > time.time()
+    wait_until(restarted, 30, what="its clock to run again")
+    gone = run(e2b, [{"op": "wait_gone", "id": sid}])[0]
+    assert ok(gone)["name"] == "SandboxNotFoundError"
+
+
 def test_errors_are_e2bs(e2b):
     """Each failure reaches the SDK as the class E2B's service gives:
     a wrong key, an unknown template, an unknown sandbox, and features
