@@ -564,23 +564,18 @@ route_list(struct http_request *req, const struct e2b_path *p)
 		}
 		token_off = (int)(end + 1 - token);
 	}
-	for (int mirror = 0; mirror < 2; mirror++) {
-		for (sb = mirror ? shared_first() : sandbox_first(); sb != NULL;
-		    sb = sandbox_next(sb)) {
-			int m = listed(sb, &q, &err);
+	for (sb = api_e2b_first(); sb != NULL; sb = api_e2b_next(sb)) {
+		int m = listed(sb, &q, &err);
 
-			if (m < 0)
-				goto fail;
-			if (m == 0)
-				continue;
-			if (n == cap) {
-				cap = cap == 0 ? 64 : 2 * cap;
-				v = xreallocarray(v, cap, sizeof *v);
-			}
-			v[n++] = sb;
+		if (m < 0)
+			goto fail;
+		if (m == 0)
+			continue;
+		if (n == cap) {
+			cap = cap == 0 ? 64 : 2 * cap;
+			v = xreallocarray(v, cap, sizeof *v);
 		}
-		if (!shared_enabled())
-			break;
+		v[n++] = sb;
 	}
 	if (n > 1)
 		qsort(v, n, sizeof *v, compare_started);

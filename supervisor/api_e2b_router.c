@@ -263,16 +263,11 @@ signed_by(struct http_request *req)
 {
 	struct sandbox *sb;
 
-	for (int mirror = 0; mirror < 2; mirror++) {
-		for (sb = mirror ? shared_first() : sandbox_first(); sb != NULL;
-		    sb = sandbox_next(sb)) {
-			if (api_e2b_fields(sb) != NULL && api_e2b_secure(sb) &&
-			    sb->state != SB_RELEASED &&
-			    sb->state != SB_RELEASING && signature_is(req, sb))
-				return sb;
-		}
-		if (!shared_enabled())
-			break;
+	for (sb = api_e2b_first(); sb != NULL; sb = api_e2b_next(sb)) {
+		if (api_e2b_fields(sb) != NULL && api_e2b_secure(sb) &&
+		    sb->state != SB_RELEASED && sb->state != SB_RELEASING &&
+		    signature_is(req, sb))
+			return sb;
 	}
 	return NULL;
 }

@@ -66,6 +66,25 @@ api_e2b_find(const char *id)
 	return sb;
 }
 
+struct sandbox *
+api_e2b_first(void)
+{
+	struct sandbox *sb = sandbox_first();
+
+	return sb != NULL || !shared_enabled() ? sb : shared_first();
+}
+
+struct sandbox *
+api_e2b_next(struct sandbox *sb)
+{
+	struct sandbox *next = sandbox_next(sb);
+
+	/* The end of ours: the other instances' records follow. */
+	if (next == NULL && !shared_is_remote(sb) && shared_enabled())
+		next = shared_first();
+	return next;
+}
+
 const struct sandbox_type *
 api_e2b_template_type(const char *tmpl)
 {

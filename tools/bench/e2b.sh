@@ -58,21 +58,33 @@ section_e2b() {
 		row "  the same route by a plain fetch (p50)" \
 			"$(field fetch_p50_ms "$out") ms"
 	fi
-	out=$(e2b_helper run base "${BENCH_E2B_CALLS:-500}")
+	out=$(e2b_helper run base "${BENCH_E2B_CALLS:-500}" "$TMP/e2b/st")
 	if [ -n "$out" ]; then
 		row "run_shell_command \"true\", AgentScope /call_tool" \
 			"p50 $(field agentscope_p50_us "$out") us"
 		row "  commands.run('true'), E2B's SDK" \
 			"p50 $(field e2b_p50_us "$out") us" "+ <= 300 us" \
 			"$(verdict "$(field overhead_us "$out")" '<=' 300) (+$(field overhead_us "$out") us)"
+		row "  its Start RPC, plain fetch, routed" \
+			"p50 $(field routed_p50_us "$out") us"
+		row "  the same straight to the agent" \
+			"p50 $(field direct_p50_us "$out") us"
+		row "    without bash -l (bash -c true)" \
+			"p50 $(field direct_nologin_p50_us "$out") us"
+		row "  run_shell_command straight to the agent" \
+			"p50 $(field shell_direct_p50_us "$out") us"
 	fi
 	if [ -n "$ci" ]; then
-		out=$(e2b_helper runcode "${BENCH_E2B_CALLS:-500}")
+		out=$(e2b_helper runcode "${BENCH_E2B_CALLS:-500}" "$TMP/e2b/st")
 		if [ -n "$out" ]; then
 			row "runCode('1+1') (code-interpreter-v1)" \
 				"p50 $(field runcode_p50_us "$out") us, p99 $(field runcode_p99_us "$out") us" \
 				"p50 <= 2000 us" \
 				"$(verdict "$(field runcode_p50_us "$out")" '<=' 2000)"
+			row "  /execute, plain fetch, routed" \
+				"p50 $(field routed_p50_us "$out") us"
+			row "  the same straight to the agent" \
+				"p50 $(field direct_p50_us "$out") us"
 		fi
 	else
 		row "runCode('1+1')" "not available (no code-interpreter type)"
