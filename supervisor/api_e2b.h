@@ -1,7 +1,7 @@
 /*
  * E2B's API on sandboxd (spec/e2b-wire.md), so that E2B's SDKs run
  * unchanged against it: what api_e2b.c (the control API under /e2b),
- * api_e2b_router.c (the sandbox traffic the SDKs name by the
+ * api_e2b_list.c (its list), api_e2b_router.c (the sandbox traffic the SDKs name by the
  * E2b-Sandbox-Id header) and api_e2b_sandbox.c (E2B's fields of a
  * sandbox, its access tokens, its timeout) share. E2B's words stay in
  * these files.
@@ -38,6 +38,9 @@ enum api_e2b_token {
 	E2B_TOKEN_ENVD,		/* X-Access-Token, file URL signatures */
 	E2B_TOKEN_TRAFFIC,	/* E2B-Traffic-Access-Token */
 };
+
+/* api_e2b_list.c: GET /e2b/v2/sandboxes (v2) and /e2b/sandboxes. */
+void api_e2b_list(struct http_request *req, int v2);
 
 /* api_e2b_sandbox.c */
 

@@ -17,9 +17,9 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
- * api_e2b.c + api_e2b_router.c + api_e2b_sandbox.c (E2B's API: the
- * control routes under /e2b, sandbox traffic routed by header, E2B's
- * fields of a sandbox and its timeout),
+ * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
+ * (E2B's API: the control routes under /e2b, its list, sandbox traffic
+ * routed by header, E2B's fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
  * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
