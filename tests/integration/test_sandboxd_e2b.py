@@ -265,6 +265,23 @@ def test_errors_are_e2bs(e2b):
     assert e["name"] == "SandboxError" and "mcp" in e["message"], e
     e = err(lines[5])
     assert e["statusCode"] == 400 and "timeout" in e["message"], e
+    # envd's errors: a directory read as a file, a missing file; and a
+    # sandbox killed under its SDK object: gone, as E2B's proxy says.
+    lines = run(e2b, [
+        {"op": "create"},
+        {"op": "read", "path": "/home"},
+        {"op": "read", "path": "/no/such/file"},
+        {"op": "kill"},
+        {"op": "run", "cmd": "true"},
+        {"op": "read", "path": "/etc/hostname"},
+        {"op": "is_running"},
+    ])
+    assert err(lines[1])["name"] == "InvalidArgumentError", lines[1]
+    assert err(lines[2])["name"] == "FileNotFoundError", lines[2]
+    assert err(lines[4])["name"] in ("SandboxNotFoundError",
+                                     "TimeoutError"), lines[4]
+    assert err(lines[5])["name"] == "TimeoutError", lines[5]
+    assert ok(lines[6]) is False
     sid = ok(run(e2b, [{"op": "create"}])[0])["sandboxId"]
     for method, path, what in (
             ("POST", f"/sandboxes/{sid}/fork", "fork"),
