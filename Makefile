@@ -42,6 +42,8 @@ LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson -lhiredis
+# Nettle: the desktop links' tokens (HMAC-SHA256).
+SANDBOXD_LIBS := $(SUPERVISOR_LIBS) -lnettle
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson -lhiredis
 
 .PHONY: all deps install test test-scale unit unit-asan integration integration-asan images run \
@@ -88,7 +90,7 @@ agent/sandbox-agent: $(AGENT_OBJ) $(COMMON_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
 	@echo "built $@ ($$(stat -c %s $@) bytes, static)"
 
 supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
-	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
+	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SANDBOXD_LIBS)
 
 # sandbox-mcp: an MCP server over stdio in front of one sandbox of sandboxd.
 mcp/sandbox-mcp: $(MCP_OBJ) $(COMMON_OBJ)
@@ -135,11 +137,11 @@ $(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
 
 $(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
 
 $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
 
 # tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
 # the common objects and what the module is built on, listed below; Nettle
@@ -192,7 +194,7 @@ SANDBOXD_ASAN_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/asan/%.o)
 
 $(SANDBOXD_ASAN): $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_FLAGS) -o $@ $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(SUPERVISOR_LIBS)
+	$(CC) $(SAN_FLAGS) -o $@ $(SANDBOXD_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(SANDBOXD_LIBS)
 
 # sandbox-mcp's tests against an ASan/UBSan sandbox-mcp (they require it
 # to exit 0: no memory error, no leak) and sandboxd.
