@@ -10,6 +10,7 @@ tools/build-image and sandboxd alike.
 """
 import base64
 import io
+import json
 import os
 import subprocess
 import time
@@ -18,7 +19,8 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
+from sandboxd_fixtures import (minimal_tag, scratch,  # noqa: F401
+                               start_sandboxd, write_types)
 from test_sandboxd_sdk import RemoteManager
 
 TAG = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
@@ -132,6 +134,33 @@ def test_the_first_screenshot_after_create_shows_the_desktop(box):
                 if rgb == (0, 0, 0))
     assert black < 1280 * 800 // 10, black
     assert_jwm_desktop(img)
+
+
+def test_a_desktop_that_draws_nothing_fails_its_create_and_says_why(
+        gui_image, start_sandboxd, scratch):  # noqa: F811
+    """The gui image with a desktop file whose only program draws nothing:
+    the agent stays unhealthy, and the create's answer gives its reason."""
+    root = scratch("sbxd-blind-")
+    workspace = os.path.join(root, "w")
+    os.mkdir(workspace)
+    with open(os.path.join(ROOT, "images", "desktop", "desktop.json")) as f:
+        desktop = json.load(f)
+    desktop.update(programs=[{"name": "idle", "command": ["/bin/sleep",
+                                                          "600"]}],
+                   draw_timeout=1)
+    with open(os.path.join(workspace, "desktop.json"), "w") as f:
+        json.dump(desktop, f)
+    types = write_types(root, {"blind": {"from": "gui", "environment": {
+        "AGENT_DESKTOP": "/workspace/desktop.json"}}})
+    s = start_sandboxd(tag=TAG, args=["--types", types], env={
+        "SANDBOXD_ALLOWED_MOUNT_DIRS": root, "SANDBOXD_CREATE_TIMEOUT": "6"})
+    r = s.post("/v1/sandboxes", {"type": "blind", "mount_dir": workspace})
+    assert r.status_code == 504, r.text
+    assert r.json()["detail"].endswith(
+        "its agent was not healthy within 6 s (/healthz answered HTTP 503: "
+        "the desktop's programs drew nothing on its display within 1 s of "
+        "their start)"), r.text
+    assert s.containers() == {}
 
 
 def test_gui_sandbox_as_the_sdk_drives_it(box):
