@@ -232,7 +232,8 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 # any crash saved as build/fuzz/crash-TARGET-*. `make fuzz-replay`, part of
 # `make test`, runs the same targets over the committed corpus through a
 # plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
-FUZZ_TARGETS := http_server http_head multipart agent_json computer_args
+FUZZ_TARGETS := http_server http_head multipart agent_json computer_args \
+	vnc_filter
 FUZZ_SECONDS ?= 180
 FUZZ_CC ?= clang
 FUZZ_ARGS ?=
