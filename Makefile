@@ -152,9 +152,6 @@ $(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(filter %.o,$^) $(UNIT_LIBS) -lnettle
 
-# A work queue is a work pool of one thread.
-$(BUILD)/unit/test_agent_work_queue: $(BUILD)/agent/work_pool.o
-$(BUILD)/unit-asan/test_agent_work_queue: $(BUILD)/asan/agent/work_pool.o
 # The computer tool's arguments name keys by their keysyms.
 $(BUILD)/unit/test_agent_computer_args: $(BUILD)/agent/computer_keys.o
 $(BUILD)/unit-asan/test_agent_computer_args: $(BUILD)/asan/agent/computer_keys.o
