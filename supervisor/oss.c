@@ -422,19 +422,19 @@ report(struct oss_job *job)
 
 	if (job->failed) {
 		log_error("sandbox %s: workspace %s %s of bucket %s failed after "
-		    "%.1f s: %s", job->name, job->upload ? "upload to" :
+		    "%.2f s: %s", job->name, job->upload ? "upload to" :
 		    "download from", job->prefix, s3cfg.bucket, took,
 		    job->err.msg);
 	} else if (job->upload) {
 		log_info("sandbox %s: workspace uploaded to %s of bucket %s in "
-		    "%.1f s: %llu files sent (%llu bytes), %llu unchanged, %llu "
+		    "%.2f s: %llu files sent (%llu bytes), %llu unchanged, %llu "
 		    "deleted%s", job->name, job->prefix, s3cfg.bucket, took,
 		    atomic_load(&s->files_sent), atomic_load(&s->bytes_sent),
 		    atomic_load(&s->unchanged), atomic_load(&s->deleted),
 		    skipped > 0 ? ", special files left out" : "");
 	} else {
 		log_info("sandbox %s: workspace downloaded from %s of bucket %s "
-		    "in %.1f s: %llu files (%llu bytes)", job->name, job->prefix,
+		    "in %.2f s: %llu files (%llu bytes)", job->name, job->prefix,
 		    s3cfg.bucket, took, atomic_load(&s->files_received),
 		    atomic_load(&s->bytes_received));
 	}

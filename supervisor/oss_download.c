@@ -178,18 +178,28 @@ give(struct oss_job *job, int fd, unsigned mode)
 	return job->chown ? fchown(fd, job->uid, job->gid) : 0;
 }
 
+/* A directory (its mode and owner come after what it holds) or a
+ * symlink, beneath the staging directory. */
 static int
-make_dir(struct download *d, const struct oss_entry *e, struct error *err)
+make_entry(struct download *d, const struct oss_entry *e, struct error *err)
 {
 	const char *base;
 	int pfd = open_parent(d, e->path, &base, err), rc;
 
 	if (pfd < 0)
 		return -1;
-	rc = mkdirat(pfd, base, 0700);
+	if (e->kind == OSS_DIR) {
+		rc = mkdirat(pfd, base, 0700);
+	} else {
+		rc = symlinkat(e->target, pfd, base);
+		if (rc == 0 && d->job->chown)
+			rc = fchownat(pfd, base, d->job->uid, d->job->gid,
+			    AT_SYMLINK_NOFOLLOW);
+	}
 	close(pfd);
 	if (rc < 0)
-		path_error(err, 502, "cannot make the directory", e->path);
+		path_error(err, 502, e->kind == OSS_DIR ? "cannot make the "
+		    "directory" : "cannot restore the symlink", e->path);
 	return rc;
 }
 
@@ -228,24 +238,6 @@ file_task(struct oss_job *job, struct s3 *s3, size_t i, void *arg,
 	atomic_fetch_add(&job->stats.files_received, 1);
 	atomic_fetch_add(&job->stats.bytes_received, e->size);
 	return 0;
-}
-
-static int
-make_link(struct download *d, const struct oss_entry *e, struct error *err)
-{
-	const char *base;
-	int pfd = open_parent(d, e->path, &base, err), rc;
-
-	if (pfd < 0)
-		return -1;
-	rc = symlinkat(e->target, pfd, base);
-	if (rc == 0 && d->job->chown)
-		rc = fchownat(pfd, base, d->job->uid, d->job->gid,
-		    AT_SYMLINK_NOFOLLOW);
-	close(pfd);
-	if (rc < 0)
-		path_error(err, 502, "cannot restore the symlink", e->path);
-	return rc;
 }
 
 /* Directories' modes and owners once their contents are in, deepest
@@ -349,14 +341,14 @@ restore(struct download *d, struct error *err)
 		return -1;
 	}
 	for (size_t i = 0; i < d->tree.n; i++) {
-		if (d->tree.v[i].kind == OSS_DIR && make_dir(d, &d->tree.v[i],
+		if (d->tree.v[i].kind == OSS_DIR && make_entry(d, &d->tree.v[i],
 		    err) < 0)
 			return -1;
 	}
 	if (oss_parallel(d->job, d->tree.n, file_task, d, err) < 0)
 		return -1;
 	for (size_t i = 0; i < d->tree.n; i++) {
-		if (d->tree.v[i].kind == OSS_LINK && make_link(d,
+		if (d->tree.v[i].kind == OSS_LINK && make_entry(d,
 		    &d->tree.v[i], err) < 0)
 			return -1;
 	}

@@ -19,6 +19,7 @@
 #include <nettle/base64.h>
 #include <nettle/sha2.h>
 
+#include "http.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -31,6 +32,19 @@ hex(char *out, const uint8_t *digest, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		snprintf(out + 2 * i, 3, "%02x", digest[i]);
+}
+
+/* The payload hash of a request body (x-amz-content-sha256). */
+static void
+sha256_hex(const char *data, size_t len, char *out)
+{
+	uint8_t d[SHA256_DIGEST_SIZE];
+	struct sha256_ctx ctx;
+
+	sha256_init(&ctx);
+	sha256_update(&ctx, len, (const uint8_t *)data);
+	sha256_digest(&ctx, sizeof d, d);
+	hex(out, d, sizeof d);
 }
 
 static void
@@ -177,9 +191,7 @@ multipart_call(struct s3 *s3, const char *key, const struct s3_param *p,
 	static const char *const xml[] = { "Content-Type: application/xml" };
 	struct s3_request r;
 	struct s3_response resp;
-	uint8_t d[SHA256_DIGEST_SIZE];
 	char sha[2 * SHA256_DIGEST_SIZE + 1];
-	struct sha256_ctx ctx;
 
 	s3_request_init(&r, "POST");
 	r.key = key;
@@ -189,11 +201,7 @@ multipart_call(struct s3 *s3, const char *key, const struct s3_param *p,
 	r.nheaders = 1;
 	r.body = body;
 	r.body_len = body != NULL ? strlen(body) : 0;
-	sha256_init(&ctx);
-	sha256_update(&ctx, r.body_len, (const uint8_t *)(body != NULL ?
-	    body : ""));
-	sha256_digest(&ctx, sizeof d, d);
-	hex(sha, d, sizeof d);
+	sha256_hex(body != NULL ? body : "", r.body_len, sha);
 	r.payload_hash = sha;
 	if (s3_perform(s3, &r, &resp, err) < 0 ||
 	    answered(s3, &resp, "multipart upload of", key, err) < 0)
@@ -503,16 +511,22 @@ oss_list(struct s3 *s3, const char *prefix, oss_list_cb cb, void *arg,
 		}
 		s3_response_free(&resp);
 		for (size_t i = 0; rc == 0 && i < page.n; i++) {
-			if (page.url_encoded && s3_url_decode(page.v[i].key) <
-			    0) {
-				error_set(err, 502, "object storage listed a key "
-				    "that is not URL-encoded");
-				rc = -1;
-			} else if (strncmp(page.v[i].key, prefix,
-			    strlen(prefix)) == 0) {
-				rc = cb(page.v[i].key, page.v[i].size,
-				    page.v[i].etag, arg, err);
+			struct listed *o = &page.v[i];
+			char *decoded;
+
+			if (page.url_encoded) {
+				if (http_percent_decode(o->key, strlen(o->key), 1,
+				    &decoded) < 0) {
+					error_set(err, 502, "object storage listed "
+					    "a key that is not URL-encoded");
+					rc = -1;
+					break;
+				}
+				free(o->key);
+				o->key = decoded;
 			}
+			if (strncmp(o->key, prefix, strlen(prefix)) == 0)
+				rc = cb(o->key, o->size, o->etag, arg, err);
 		}
 		free(token);
 		token = rc == 0 && page.truncated ? xstrdup(page.next) : NULL;
@@ -551,11 +565,10 @@ static int
 delete_batch(struct s3 *s3, char **keys, size_t n, struct error *err)
 {
 	struct s3_param p[] = { { "delete", "" } };
-	uint8_t d[SHA256_DIGEST_SIZE], m[MD5_DIGEST_SIZE];
+	uint8_t m[MD5_DIGEST_SIZE];
 	char sha[2 * SHA256_DIGEST_SIZE + 1], b64[BASE64_ENCODE_RAW_LENGTH(
 	    MD5_DIGEST_SIZE) + 1], *body = NULL, *md5h;
 	const char *headers[2];
-	struct sha256_ctx sctx;
 	struct md5_ctx mctx;
 	struct s3_request r;
 	struct s3_response resp;
@@ -574,10 +587,7 @@ delete_batch(struct s3 *s3, char **keys, size_t n, struct error *err)
 	fputs("</Delete>", f);
 	if (fclose(f) != 0)
 		fatal("out of memory");
-	sha256_init(&sctx);
-	sha256_update(&sctx, len, (const uint8_t *)body);
-	sha256_digest(&sctx, sizeof d, d);
-	hex(sha, d, sizeof d);
+	sha256_hex(body, len, sha);
 	/* S3 wants the body's MD5 on a multi-object delete. */
 	md5_init(&mctx);
 	md5_update(&mctx, len, (const uint8_t *)body);

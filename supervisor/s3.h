@@ -122,8 +122,5 @@ char *s3_url(const struct s3_config *cfg, const char *key,
 #define S3_XML_TEXT 8192
 typedef int (*s3_xml_cb)(const char *path, const char *text, void *arg);
 int s3_xml_parse(const char *xml, size_t len, s3_xml_cb cb, void *arg);
-/* Percent-decoding of what a listing with encoding-type=url sends, in
- * place; -1 on a bad escape or an embedded NUL. */
-int s3_url_decode(char *s);
 
 #endif

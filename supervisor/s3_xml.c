@@ -103,38 +103,3 @@ s3_xml_parse(const char *xml, size_t len, s3_xml_cb cb, void *arg)
 	XML_ParserFree(w.parser);
 	return st == XML_STATUS_OK && !w.failed ? 0 : -1;
 }
-
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-int
-s3_url_decode(char *s)
-{
-	char *out = s;
-
-	for (; *s != '\0'; s++) {
-		if (*s == '%') {
-			int hi = hexval(s[1]), lo = hi < 0 ? -1 : hexval(s[2]);
-
-			if (lo < 0 || (hi == 0 && lo == 0))
-				return -1;
-			*out++ = (char)(hi << 4 | lo);
-			s += 2;
-		} else if (*s == '+') {
-			*out++ = ' ';
-		} else {
-			*out++ = *s;
-		}
-	}
-	*out = '\0';
-	return 0;
-}
