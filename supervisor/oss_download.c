@@ -31,7 +31,8 @@ struct download {
 	int stagefd;
 	char stage[64];			/* its name in the workspace */
 	struct oss_tree tree;
-	size_t moved;			/* top-level entries moved in */
+	size_t moved;			/* the top-level entries of tree
+					 * before this index moved in */
 };
 
 static void
@@ -80,26 +81,37 @@ listed_cb(const char *key, uint64_t size, const char *etag, void *arg,
 	return 0;
 }
 
-/* A listing names files; their directories are implied. */
+/* A listing names files; their directories are implied: every ancestor
+ * added, then one of each kept (a file and a directory of one path stay
+ * both, for read_store to refuse). */
 static void
 add_parents(struct oss_tree *t)
 {
-	size_t n = t->n;
+	size_t n = t->n, kept = 0;
 
-	oss_tree_sort(t);
 	for (size_t i = 0; i < n; i++) {
 		char *p = xstrdup(t->v[i].path), *slash;
 
 		while ((slash = strrchr(p, '/')) != NULL) {
 			*slash = '\0';
-			if (oss_tree_find(t, p) != NULL)
-				break;
 			oss_tree_add(t, p, OSS_DIR)->mode = 0755;
-			/* Keep it findable for the next file's parents. */
-			oss_tree_sort(t);
 		}
 		free(p);
 	}
+	oss_tree_sort(t);
+	for (size_t i = 0; i < t->n; i++) {
+		struct oss_entry *e = &t->v[i];
+
+		if (kept > 0 && e->kind == OSS_DIR &&
+		    t->v[kept - 1].kind == OSS_DIR &&
+		    strcmp(t->v[kept - 1].path, e->path) == 0) {
+			free(e->path);
+			free(e->key);
+			continue;
+		}
+		t->v[kept++] = *e;
+	}
+	t->n = kept;
 }
 
 /* What is stored under the prefix, into d->tree. */

@@ -312,6 +312,9 @@ def test_hostile_keys_in_the_store_are_refused(ceph, bucket, scratch,  # noqa: F
     ws = os.path.join(s.state_dir, "workspaces")
     outside = scratch()
     etag = c.put("plain/ok.txt", b"pwn")
+    c.put("plain/sub/dir/f.txt", b"deep")
+    c.put("plain/sub/", b"")
+    c.put("plain/empty/", b"")
     c.put("h1/../escaped", b"pwn")
     c.put("h2//escaped", b"pwn")
     c.put("h3/a/../../escaped", b"pwn")
@@ -339,9 +342,16 @@ def test_hostile_keys_in_the_store_are_refused(ceph, bucket, scratch,  # noqa: F
     assert not os.path.exists(os.path.join(ws, "escaped"))
     assert not os.path.exists(os.path.join(s.state_dir, "escaped"))
     assert os.listdir(outside) == []
-    # The same bucket restores a plain prefix.
+    # The same bucket restores a prefix other S3 tools filled: keys ending
+    # in '/' are directories, the others' directories are implied.
     name = s.create(storage_path="plain")
     assert shell_ok(s, name, "cat /workspace/ok.txt") == "pwn"
+    assert shell_ok(s, name, LIST_WORKSPACE) == (
+        "D ./empty 755 1000\n"
+        "F ./ok.txt 644 1000 3 " + etag + "\n"
+        "D ./sub 755 1000\n"
+        "D ./sub/dir 755 1000\n"
+        "F ./sub/dir/f.txt 644 1000 4 " + c.put("x", b"deep") + "\n")
 
 
 def test_keys_stay_out_of_logs_sandboxes_and_the_environment(
