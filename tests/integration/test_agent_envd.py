@@ -319,29 +319,31 @@ def test_stat_list_mkdir_move_remove(envd, box):
 
 def test_paths_resolve_as_e2b_resolves_them(start_agent, box):
     """"" is the default workdir, relative paths and ~ are under the
-    user's home."""
-    home = next((p for p in pwd.getpwall() if p.pw_uid >= 1000 and
-                 p.pw_uid != 65534 and os.path.isdir(p.pw_dir) and
-                 os.stat(p.pw_dir).st_uid == p.pw_uid), None)
-    if home is None:
-        pytest.skip("no user with a home of its own on this machine")
-    envd = Envd(start_agent("--run-as", f"{home.pw_uid}:{home.pw_gid}"))
-    name = f"envd-test-{os.getpid()}"
-    try:
-        made = envd.call("filesystem.Filesystem/MakeDir",
-                         {"path": f"{name}/../{name}/sub"})["entry"]
-        assert made["path"] == os.path.join(home.pw_dir, name, "sub")
-        entry = envd.call("filesystem.Filesystem/Stat",
-                          {"path": f"~/{name}"})["entry"]
-        assert entry["path"] == os.path.join(home.pw_dir, name)
-        assert entry["owner"] == home.pw_name
-        assert envd.call("filesystem.Filesystem/Stat",
-                         {"path": ""})["entry"]["path"] == home.pw_dir
-        status, msg = envd.unary("filesystem.Filesystem/Stat",
-                                 {"path": "~root/x"})
-        assert msg["code"] == "invalid_argument"
-    finally:
-        shutil.rmtree(os.path.join(home.pw_dir, name), ignore_errors=True)
+    user's home. The user and its home are the test's own: the agent runs
+    in a mount namespace where /etc/passwd is a copy naming them."""
+    uid = 4242
+    home = os.path.join(os.path.dirname(box.user), "home")
+    os.mkdir(home)
+    os.chown(home, uid, uid)
+    passwd = os.path.join(os.path.dirname(box.user), "passwd")
+    with open("/etc/passwd") as f:
+        lines = f.read()
+    with open(passwd, "w") as f:
+        f.write(lines + f"envdtest:x:{uid}:{uid}::{home}:/bin/sh\n")
+    wrapper = ("unshare", "--mount", "--", "sh", "-c",
+               'mount --bind "$0" /etc/passwd && exec "$@"', passwd)
+    envd = Envd(start_agent("--run-as", f"{uid}:{uid}", wrapper=wrapper))
+    made = envd.call("filesystem.Filesystem/MakeDir",
+                     {"path": "d/../d/sub"})["entry"]
+    assert made["path"] == os.path.join(home, "d", "sub")
+    entry = envd.call("filesystem.Filesystem/Stat", {"path": "~/d"})["entry"]
+    assert entry["path"] == os.path.join(home, "d")
+    assert entry["owner"] == "envdtest"
+    assert envd.call("filesystem.Filesystem/Stat",
+                     {"path": ""})["entry"]["path"] == home
+    status, msg = envd.unary("filesystem.Filesystem/Stat",
+                             {"path": "~root/x"})
+    assert msg["code"] == "invalid_argument"
 
 
 def test_watch_dir_sees_writes(envd, box):
