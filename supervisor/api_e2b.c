@@ -57,9 +57,15 @@ path_free(struct e2b_path *p)
 static int
 path_parse(struct http_request *req, struct e2b_path *p)
 {
-	const char *raw = http_request_raw_target(req) + strlen("/e2b");
+	const char *raw = http_request_raw_target(req);
 
 	memset(p, 0, sizeof *p);
+	/* The route matched the decoded path; the raw one, split here, must
+	 * spell the prefix plainly too. */
+	if (strncmp(raw, "/e2b", 4) != 0 || (raw[4] != '/' && raw[4] != '?' &&
+	    raw[4] != '\0'))
+		return -1;
+	raw += 4;
 	while (*raw == '/') {
 		size_t n = strcspn(++raw, "/?");
 

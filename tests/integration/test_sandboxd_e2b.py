@@ -295,6 +295,12 @@ def test_errors_are_e2bs(e2b):
         assert r.json()["code"] == 501 and what in r.json()["message"]
     r = api(e2b, "POST", f"/sandboxes/{sid}/pause", {"memory": False})
     assert r.status_code == 400 and "memory" in r.json()["message"]
+    # A path that spells the prefix only once decoded names no route.
+    c = http.client.HTTPConnection("127.0.0.1", e2b.port, timeout=60)
+    c.request("GET", "/%65%32b/sandboxes", headers={"X-API-Key": KEY})
+    r = c.getresponse()
+    assert r.status == 404 and json.loads(r.read())["code"] == 404
+    c.close()
     # The key is checked before anything else, with a fixed answer.
     for path in ("/sandboxes", "/no/such/route", f"/sandboxes/{sid}"):
         r = api(e2b, "GET", path, key="wrong")
