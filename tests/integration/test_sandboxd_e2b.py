@@ -92,10 +92,12 @@ def test_create_info_list_timeout_kill(e2b):
     timeout, getInfo, list by metadata, setTimeout moving the end, kill,
     and not found afterwards."""
     tag = f"t{time.time_ns()}"
-    a, info, listed, other, st, info2, killed, again, gone = run(e2b, [
+    a, info, metrics, listed, other, st, info2, killed, again, gone = run(
+        e2b, [
         {"op": "create", "opts": {"metadata": {"suite": tag, "k": "a b&c"},
                                   "timeoutMs": 120000}},
         {"op": "info"},
+        {"op": "metrics"},
         {"op": "list", "query": {"metadata": {"suite": tag,
                                               "k": "a b&c"}}},
         {"op": "list", "query": {"metadata": {"suite": tag, "k": "x"}}},
@@ -120,6 +122,9 @@ def test_create_info_list_timeout_kill(e2b):
                 time.mktime(time.strptime(x["startedAt"][:19],
                                           "%Y-%m-%dT%H:%M:%S")))
     assert 118 <= span(i) <= 122, i
+    [m] = ok(metrics)
+    assert m["cpuCount"] == 1 and m["memTotal"] == 1024 << 20, m
+    assert 0 < m["memUsed"] <= m["memTotal"]
     assert ok(listed) == [[sid]]
     assert ok(other) == [[]]
     assert ok(st) is None
