@@ -65,8 +65,8 @@ void egress_policy_free(struct egress_policy *p);
  * by default and the resolver. New reference. */
 json_t *egress_policy_json(const struct egress_policy *p);
 /* The address ranges every sandbox is denied (the defaults and
- * SANDBOXD_EGRESS_DENY), NULL-terminated. */
-const char *const *egress_default_denied(void);
+ * SANDBOXD_EGRESS_DENY), *n of them. */
+const char *const *egress_default_denied(size_t *n);
 int egress_config_check(const struct sandboxd_config *cfg, struct error *err);
 
 /* A CIDR or bare address as nft writes it, host bits masked: 4 or 6 by

@@ -245,8 +245,9 @@ egress_policy_json(const struct egress_policy *p)
 }
 
 const char *const *
-egress_default_denied(void)
+egress_default_denied(size_t *n)
 {
+	*n = denied_all.n;
 	return (const char *const *)denied_all.v;
 }
 

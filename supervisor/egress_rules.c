@@ -106,11 +106,8 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
     size_t nhost, int keep_names)
 {
 	struct evbuffer *out = evbuffer_new();
-	const char *const *dflt = egress_default_denied();
-	size_t ndflt = 0;
-
-	while (dflt[ndflt] != NULL)
-		ndflt++;
+	size_t ndflt;
+	const char *const *dflt = egress_default_denied(&ndflt);
 	evbuffer_add_printf(out, "table " TABLE " {\n\tcounter denied { }\n");
 	for (size_t i = 0; i < sizeof interval_sets / sizeof *interval_sets; i++)
 		evbuffer_add_printf(out, "\tset %s { type ipv%c_addr; flags "
@@ -206,9 +203,10 @@ egress_rules_names(const char *const *addrs, size_t n, int ttl)
 int
 egress_rules_denied(int family, const void *addr)
 {
-	const char *const *r = egress_default_denied();
+	size_t n;
+	const char *const *ranges = egress_default_denied(&n);
 
-	for (; *r != NULL; r++) {
+	for (const char *const *r = ranges; r < ranges + n; r++) {
 		unsigned char net[16];
 		char text[INET6_ADDRSTRLEN + 8], *slash;
 		int bits, f = egress_cidr(*r, text, sizeof text);
