@@ -135,11 +135,11 @@ $(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
 
 $(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
 
 $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
 
 # tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
 # the common objects and what the module is built on, listed below; Nettle
@@ -230,7 +230,8 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 # any crash saved as build/fuzz/crash-TARGET-*. `make fuzz-replay`, part of
 # `make test`, runs the same targets over the committed corpus through a
 # plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
-FUZZ_TARGETS := http_server http_head multipart agent_json computer_args
+FUZZ_TARGETS := http_server http_head multipart agent_json computer_args envd \
+	vnc_filter
 FUZZ_SECONDS ?= 180
 FUZZ_CC ?= clang
 FUZZ_ARGS ?=

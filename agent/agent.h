@@ -5,12 +5,12 @@
  * Every file of a subsystem carries its prefix: files_* the /workspace
  * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
  * routes, mcp_* the MCP client, kernel* the IPython kernels, ci_* the
- * code interpreter of E2B's SDK on them, desktop_*, vnc_* and computer_*
- * the display and computer use. toolset.c and tool_result.c hold what
- * native and MCP tools share; confine.c what confines every child;
- * path.c resolves workspace paths, multipart.c parses uploads,
- * work_queue.c and work_pool.c run blocking jobs off the loop. Code
- * sandboxd uses too lives in common/.
+ * code interpreter of E2B's SDK on them, envd* E2B's in-sandbox API
+ * (envd.h), desktop_*, vnc_* and computer_* the display and computer
+ * use. toolset.c and tool_result.c hold what native and MCP tools share;
+ * confine.c what confines every child; path.c resolves workspace paths,
+ * multipart.c parses uploads, work_queue.c and work_pool.c run blocking
+ * jobs off the loop. Code sandboxd uses too lives in common/.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -137,6 +137,9 @@ void files_entries_route_exists(struct http_request *req, void *arg);
 void files_entries_route_delete(struct http_request *req, void *arg);
 void files_entries_route_move(struct http_request *req, void *arg);
 void files_entries_route_mkdir(struct http_request *req, void *arg);
+/* Answer req with the regular file open as fd (taken), streamed as
+ * GET /workspace/file?format=bytes streams one. */
+void files_send_fd(struct agent *agent, struct http_request *req, int fd);
 /* mcp.c: the MCP client's servers and routes. */
 void mcp_init(struct agent *agent);
 /* Start the servers of an {"mcpServers": ...} file in the background;

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "desktop.h"
+#include "envd_fs.h"
 #include "files_staged.h"
 #include "log.h"
 #include "spawn.h"
@@ -469,6 +470,7 @@ setup(int argc, char **argv)
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
 	gitops_routes_init(&agent);
+	envd_init(&agent);
 	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
@@ -514,6 +516,11 @@ main(int argc, char **argv)
 	 * by the agent as the desktop's user; nothing of the agent's own. */
 	if (argc > 1 && strcmp(argv[1], "--vnc-helper") == 0)
 		return vnc_helper_main(argc, argv);
+	/* A file helper of envd's (envd_fs.h): this binary executed anew,
+	 * as a user of the sandbox; nothing of the agent's runs. */
+	if (argc == 2 && strcmp(argv[1], ENVD_FS_HELPER_ARG) == 0)
+		return envd_fs_helper_main();
+
 	/* Undumpable, before anything secret is in memory: no process of
 	 * the same user (root, when there is no --run-as) may then read our
 	 * environment or memory, or take our descriptors (pidfd_getfd), as

@@ -267,9 +267,10 @@ arm_timeout(struct spawn *sp, double seconds)
 
 /* The child side's reports, read until exec closes the pipe, or (a
  * keeper's) until the command's pid, which comes after any errno: the pid
- * into *cmd; the errno if it failed, else 0. */
+ * into *cmd; the errno if it failed, else 0 (*in_cwd: it failed to
+ * change to cwd). */
 static int
-read_reports(int fd, pid_t *cmd)
+read_reports(int fd, pid_t *cmd, int *in_cwd)
 {
 	struct spawn_msg msg;
 	int e = 0;
@@ -286,6 +287,7 @@ read_reports(int fd, pid_t *cmd)
 			return e;
 		}
 		e = msg.value;
+		*in_cwd = msg.kind == SPAWN_MSG_CHDIR;
 	}
 }
 
@@ -344,7 +346,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e, in_cwd = 0;
 	sigset_t all, old;
 	struct spawn *sp;
 	pid_t pid, cmd;
@@ -407,7 +409,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->async)
 		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
 	else
-		e = read_reports(errpipe[0], &cmd);
+		e = read_reports(errpipe[0], &cmd, &in_cwd);
 	/* A keeper's pipe stays open for what it tells later. */
 	if (e != 0 || !o->new_group) {
 		close(errpipe[0]);
@@ -426,8 +428,12 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		for (int i = 0; i < 3; i++)
 			if (parent_fd[i] >= 0)
 				close(parent_fd[i]);
-		error_set_errno(err, e == ENOENT ? 404 : 500, e,
-		    "cannot execute %s", o->argv[0]);
+		if (in_cwd)
+			error_set_errno(err, e == ENOENT ? 404 : 500, e,
+			    "cannot change to directory %s", o->cwd);
+		else
+			error_set_errno(err, e == ENOENT ? 404 : 500, e,
+			    "cannot execute %s", o->argv[0]);
 		return NULL;
 	}
 

@@ -56,6 +56,16 @@ struct spawn_options {
 	 * spawn is ready (spawn_ready) when it did. Until then it has no
 	 * program pid, and a failed exec shows as an exit with 127. */
 	int async;
+	/* A session of its own (with new_group) whose controlling terminal
+	 * is its stdin, a pty's slave: job control and SIGWINCH work. */
+	int ctty;
+	/* Change to cwd only once dropped to uid/gid, so that the user's own
+	 * permissions decide whether it may (a root chdir could leave it in
+	 * a directory it may not enter). */
+	int cwd_as_user;
+	/* argv[0] without a '/' is looked up in the PATH of envp, as the
+	 * user, as execvp would. */
+	int search_path;
 };
 
 #define SPAWN_MAX_PASS_FDS 4

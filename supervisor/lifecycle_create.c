@@ -74,7 +74,8 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
 	struct lifecycle_op *op = arg;
 
-	(void)why;
+	if (!ok)
+		snprintf(op->last_probe, sizeof op->last_probe, "%s", why);
 	if (ok) {
 		/* The engine counts its CPU time from its start, not from a
 		 * resume (lifecycle_stats). */
@@ -176,8 +177,10 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (now > op->deadline) {
 		struct error err;
 
-		error_set(&err, 504, "sandbox %s: its agent did not answer within "
-		    "%.0f s", sb->name, sd.cfg.create_timeout);
+		error_set(&err, 504, "sandbox %s: its agent was not healthy "
+		    "within %.0f s%s%s%s", sb->name, sd.cfg.create_timeout,
+		    *op->last_probe != '\0' ? " (" : "", op->last_probe,
+		    *op->last_probe != '\0' ? ")" : "");
 		lifecycle_fail_op(op, &err);
 		return;
 	}

@@ -39,6 +39,7 @@ struct lifecycle_op {
 	int port_claimed;		/* sb->port is ours in Redis */
 	enum sandbox_state prev_state;
 	struct error err;
+	char last_probe[256];		/* why the agent was not healthy */
 };
 
 /* What the backend knows sb by: its id, or before the create answered its

@@ -166,6 +166,7 @@ struct sandbox_type {
 	struct config_list entrypoint;	/* the image's own when empty */
 	struct config_list tool_names;	/* tools that make connect pick it */
 	double timeout;			/* seconds: the model's "timeout" */
+	int desktop;			/* its image serves a desktop */
 	int builtin;
 };
 
@@ -330,6 +331,9 @@ const char *sandbox_model_text(struct sandbox *sb, size_t *len);
 void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
+/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else our own
+ * address and port, without a trailing slash. Caller frees. */
+char *sandboxd_base_url(void);
 void sandbox_free_all(void);
 
 /* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
@@ -579,11 +583,28 @@ const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
 const struct http_route *api_mcp_routes(size_t *n);
 
+/* desktop_token.c: the tokens of desktop links, derived from the
+ * sandbox's token; the access one grants. */
+enum desktop_access {
+	DESKTOP_DENIED,
+	DESKTOP_VIEW,		/* watch: the viewer's input is dropped */
+	DESKTOP_INTERACTIVE,	/* watch and drive */
+};
+void desktop_token(const struct sandbox *sb, enum desktop_access access,
+    char out[TOKEN_HEX_LEN]);
+/* What presented (may be NULL) opens of sb's desktop, in constant time. */
+enum desktop_access desktop_token_check(const struct sandbox *sb,
+    const char *presented);
+/* The link that opens sb's desktop with access, on our base URL. Caller
+ * frees. */
+char *desktop_url(const struct sandbox *sb, enum desktop_access access);
+
 /* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
-/* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as
- * sent, may be NULL); answers req whatever comes. */
+/* Upgrade req to a WebSocket relayed to sb's /websockify, with input
+ * dropped unless access is DESKTOP_INTERACTIVE; answers req whatever
+ * comes. */
 void desktop_relay_start(struct http_request *req, struct sandbox *sb,
-    const char *query);
+    enum desktop_access access);
 /* Close the viewers of sb (its release), of every sandbox (shutdown). */
 void desktop_relay_close_sandbox(struct sandbox *sb);
 void desktop_relay_close_all(void);

@@ -4,10 +4,10 @@
  * JSON bodies (first through http_json_parse, the layer every JSON route
  * goes through) and query strings. Every route is served but those that
  * start processes (run_shell_command, run_ipython_cell, add_servers, the
- * code interpreter's execute, create and restart) and the streamed
- * uploads (fuzzed as multipart and raw bytes elsewhere); the native
- * filesystem tools answer /mcp/call_tool, so their argument checks and
- * file operations are fuzzed too, beneath the scratch workspace.
+ * code interpreter's execute, create and restart, envd's /files) and the
+ * streamed uploads (fuzzed as multipart and raw bytes elsewhere); the
+ * native filesystem tools answer /mcp/call_tool, so their argument checks
+ * and file operations are fuzzed too, beneath the scratch workspace.
  *
  * Input: one byte choosing the route, then its body (POST) or its query
  * string (other methods).
@@ -33,7 +33,8 @@ static struct http_route routes[32];
 static size_t nroutes;
 static char root[64];
 
-/* Routes that would start processes, or stream uploads. */
+/* Routes that would start processes (envd's /files starts a file
+ * helper, this binary executed anew), or stream uploads. */
 static int
 left_out(const struct http_route *r)
 {
@@ -42,6 +43,7 @@ left_out(const struct http_route *r)
 	    strcmp(r->path, "/tools/run_ipython_cell") == 0 ||
 	    strcmp(r->path, "/mcp/add_servers") == 0 ||
 	    strcmp(r->path, "/ci/execute") == 0 ||
+	    strcmp(r->path, "/envd/files") == 0 ||
 	    (strncmp(r->path, "/ci/contexts", 12) == 0 &&
 	    (r->methods & HTTP_METHOD_POST));
 }

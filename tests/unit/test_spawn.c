@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -495,6 +496,88 @@ test_missing_program(void **state)
 }
 
 static void
+test_search_path(void **state)
+{
+	/* "sh" is found through the child's own PATH, not ours; a name
+	 * found nowhere is a 404 naming it. */
+	static const char *const envp[] = { "PATH=/nonexistent:/bin", NULL };
+	static const char *const argv[] = { "sh", "-c", "echo found", NULL };
+	static const char *const missing[] = { "no-such-program-here", NULL };
+	struct spawn_options o = sh_options(NULL);
+	struct error err = { 0 };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.argv = argv;
+	o.envp = envp;
+	o.search_path = 1;
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "found\n");
+	spawn_free(sp);
+	o.argv = missing;
+	assert_null(spawn_start(base, &o, &exit_only, &r, &err));
+	assert_int_equal(err.status, 404);
+	assert_non_null(strstr(err.msg, "no-such-program-here"));
+}
+
+static void
+test_bad_cwd_says_so(void **state)
+{
+	/* As the user (cwd_as_user, as nobody when we are root) or not. */
+	struct spawn_options o = sh_options("true");
+	struct error err = { 0 };
+	struct run r = { 0 };
+
+	(void)state;
+	o.cwd = "/nonexistent/dir";
+	for (int as_user = 0; as_user < 2; as_user++) {
+		o.cwd_as_user = as_user;
+		o.set_ids = as_user && geteuid() == 0;
+		o.uid = o.gid = 65534;
+		assert_null(spawn_start(base, &o, &exit_only, &r, &err));
+		assert_int_equal(err.status, 404);
+		assert_non_null(strstr(err.msg, "cannot change to directory "
+		    "/nonexistent/dir"));
+	}
+}
+
+static void
+test_pty_is_the_controlling_terminal(void **state)
+{
+	/* A session of its own whose terminal is its stdin: /dev/tty opens,
+	 * and it leads its group in the foreground. */
+	struct spawn_options o = sh_options("exec 3</dev/tty && "
+	    "set -- $(cat /proc/$$/stat) && [ \"$8\" = $$ ] && echo ok");
+	struct run r = { 0 };
+	struct spawn *sp;
+	char buf[64];
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), s;
+	ssize_t n;
+
+	(void)state;
+	assert_true(m >= 0 && unlockpt(m) == 0);
+	s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	assert_true(s >= 0);
+	o.new_group = 1;
+	o.ctty = 1;
+	for (int i = 0; i < 3; i++) {
+		o.stdio[i] = SPAWN_FD;
+		o.fd[i] = s;
+	}
+	sp = start(&o, &exit_only, &r);
+	close(s);
+	loop_until(run_done, &r);
+	assert_true(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+	n = read(m, buf, sizeof buf - 1);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "ok"));
+	close(m);
+	spawn_free(sp);
+}
+
+static void
 test_not_executable(void **state)
 {
 	/* It exists but cannot be executed: our fault to ask, not a 404. */
@@ -850,6 +933,9 @@ main(void)
 		cmocka_unit_test(test_background_child_keeps_pipe),
 		cmocka_unit_test(test_output_paused_past_exit_is_all_delivered),
 		cmocka_unit_test(test_missing_program),
+		cmocka_unit_test(test_search_path),
+		cmocka_unit_test(test_bad_cwd_says_so),
+		cmocka_unit_test(test_pty_is_the_controlling_terminal),
 		cmocka_unit_test(test_not_executable),
 		cmocka_unit_test(test_stdin_dev_null),
 		cmocka_unit_test(test_default_signals_in_child),
