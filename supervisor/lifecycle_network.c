@@ -23,6 +23,7 @@ struct police {
 	sandbox_done_cb done;
 	void *arg;
 	json_t *network;		/* a change: the new lists */
+	double started;			/* monotonic */
 	struct error err;
 	int failed;
 };
@@ -50,6 +51,7 @@ police_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	struct police *p = xcalloc(1, sizeof *p);
 
 	sandbox_ref(sb);
+	p->started = sandboxd_monotonic();
 	p->sb = sb;
 	p->done = done;
 	p->arg = arg;
@@ -72,6 +74,9 @@ installed_cb(const struct error *err, void *arg)
 	if (err != NULL) {
 		p->err = *err;
 		p->failed = 1;
+	} else {
+		log_debug("sandbox %s: policed in %.1f ms", p->sb->name,
+		    (sandboxd_monotonic() - p->started) * 1e3);
 	}
 	police_end(p);
 }
