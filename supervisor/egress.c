@@ -139,6 +139,10 @@ submit_install(struct egress *e, const struct egress_policy *p,
 	job->install = 1;
 	job->resolver = e->port == NULL;
 	job->keep_names = keep_names;
+	/* 0 is every connection's mark before the rules saw it. */
+	if (++e->generation == 0)
+		e->generation = 1;
+	job->generation = e->generation;
 	policy_copy(&job->policy, p);
 	e->job = job;
 	e->done = done;
@@ -172,6 +176,9 @@ egress_attach(const char *name, int netns, const struct egress_policy *p,
 	e = xcalloc(1, sizeof *e);
 	e->name = xstrdup(name);
 	e->netns = netns;
+	/* Marks an earlier sandboxd left on connections there (adoption)
+	 * must not pass for this one's. */
+	e->generation = arc4random();
 	LIST_INIT(&e->queries);
 	policy_copy(&e->policy, p);
 	policy_copy(&e->prev, p);

@@ -89,10 +89,13 @@ enum egress_verdict egress_name_verdict(const struct egress_policy *p,
 /* The nft commands that make a namespace's table what p says, in one
  * transaction: host lists the host's addresses and the sandbox network's
  * subnets (CIDRs, refused whatever the lists say); keep_names keeps the
- * addresses names resolved to so far (no allowed name was dropped).
+ * addresses names resolved to so far (no allowed name was dropped);
+ * generation (non-zero) differs from every earlier script's in the
+ * namespace.
  * Caller frees. */
 char *egress_rules_script(const struct egress_policy *p,
-    const char *const *host, size_t nhost, int keep_names);
+    const char *const *host, size_t nhost, int keep_names,
+    unsigned generation);
 /* Add addresses (nft's text, each "4 ADDR" or "6 ADDR") to the resolved
  * names' sets for ttl seconds, an address already there renewed. */
 char *egress_rules_names(const char *const *addrs, size_t n, int ttl);

@@ -25,6 +25,7 @@ struct egress_job {
 	int install;
 	struct egress_policy policy;
 	int keep_names;
+	unsigned generation;
 	int resolver;			/* also open the resolver's socket */
 	int json;			/* output wanted, as JSON */
 	/* The result. */
@@ -59,6 +60,7 @@ struct egress {
 	struct egress_policy policy;
 	struct egress_policy prev;
 	int installed;
+	unsigned generation;		/* of the last script sent */
 	struct egress_job *job;		/* an install or update under way */
 	egress_done_cb done;		/* its caller's */
 	void *arg;

@@ -132,7 +132,7 @@ run_job(struct egress_job *job)
 		scan_addresses(&job->host, 1);
 		script = egress_rules_script(&job->policy,
 		    (const char *const *)job->host.v, job->host.n,
-		    job->keep_names);
+		    job->keep_names, job->generation);
 	}
 	nft = nft_ctx_new(NFT_CTX_DEFAULT);
 	nft_ctx_buffer_output(nft);

@@ -13,6 +13,12 @@
  * internet, or nothing. Refused means rejected (a TCP reset, else an ICMP
  * "administratively prohibited"), never dropped: the program learns at
  * once. Every refusal counts in the counter "denied".
+ *
+ * A connection let through is marked with the policy's generation, and
+ * its later packets pass on that mark alone (a bulk download's ACKs do
+ * not walk the sets); a change of the policy has a new generation, so
+ * every connection is judged again by the new rules at its next packet
+ * (and reset if they refuse it).
  */
 #include "sandboxd.h"
 
@@ -103,7 +109,7 @@ finish(struct evbuffer *out)
 
 char *
 egress_rules_script(const struct egress_policy *p, const char *const *host,
-    size_t nhost, int keep_names)
+    size_t nhost, int keep_names, unsigned generation)
 {
 	struct evbuffer *out = evbuffer_new();
 	size_t ndflt;
@@ -137,6 +143,8 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
 	    "admin-prohibited\n"
 	    "add rule " TABLE " out oifname \"lo\" accept\n"
 	    "add rule " TABLE " out ct direction reply accept\n"
+	    "add rule " TABLE " out ct mark %u accept\n", generation);
+	evbuffer_add_printf(out,
 	    "add rule " TABLE " out icmpv6 type { nd-neighbor-solicit, "
 	    "nd-neighbor-advert, nd-router-solicit } accept\n"
 	    "add rule " TABLE " out meta l4proto { tcp, udp } th dport 53 goto "
@@ -145,14 +153,16 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
 	    "add rule " TABLE " out ip6 daddr @host6 goto refuse\n"
 	    "add rule " TABLE " out ip daddr @block4 goto refuse\n"
 	    "add rule " TABLE " out ip6 daddr @block6 goto refuse\n"
-	    "add rule " TABLE " out ip daddr @allow4 accept\n"
-	    "add rule " TABLE " out ip6 daddr @allow6 accept\n"
+	    "add rule " TABLE " out ip daddr @allow4 ct mark set %u accept\n"
+	    "add rule " TABLE " out ip6 daddr @allow6 ct mark set %u accept\n"
 	    "add rule " TABLE " out ip daddr @deny4 goto refuse\n"
 	    "add rule " TABLE " out ip6 daddr @deny6 goto refuse\n"
-	    "add rule " TABLE " out ip daddr @names4 accept\n"
-	    "add rule " TABLE " out ip6 daddr @names6 accept\n");
-	if (!p->internet)
-		evbuffer_add_printf(out, "add rule " TABLE " out goto refuse\n");
+	    "add rule " TABLE " out ip daddr @names4 ct mark set %u accept\n"
+	    "add rule " TABLE " out ip6 daddr @names6 ct mark set %u accept\n",
+	    generation, generation, generation, generation);
+	evbuffer_add_printf(out, p->internet ? "add rule " TABLE " out ct mark "
+	    "set %u accept\n" : "add rule " TABLE " out goto refuse\n",
+	    generation);
 	return finish(out);
 }
 

@@ -13,10 +13,12 @@ stays refused; root in a root-mode sandbox cannot flush the rules; and
 nothing is left behind.
 """
 import base64
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -88,10 +90,32 @@ print(struct.unpack("=i", answer[16:20])[0] if answer[4:6] == b"\x02\x00"
 '''
 
 
+# Run inside a sandbox: one keep-alive connection to ADDR:80, one GET
+# answered (then /tmp/first holds what came of it), then, once /tmp/go
+# exists, another GET on the same connection; prints what came of each.
+KEEP = r'''
+import os, socket, sys, time
+s = socket.create_connection((sys.argv[1], 80), timeout=20)
+req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+def get():
+    try:
+        s.sendall(req)
+        return "open" if b"here" in s.recv(4096) else "empty"
+    except OSError as e:
+        return "error %d" % e.errno
+first = get()
+open("/tmp/first", "w").write(first)
+while not os.path.exists("/tmp/go"):
+    time.sleep(0.05)
+print(first, get())
+'''
+
+
 def run_py(sb, name, script, *args):
     code = base64.b64encode(script.encode()).decode()
-    out = sb.shell(name, f"echo {code} | base64 -d > /tmp/p.py && "
-                   f"python3 /tmp/p.py {' '.join(args)}")
+    path = f"/tmp/{hashlib.sha256(code.encode()).hexdigest()[:12]}.py"
+    out = sb.shell(name, f"echo {code} | base64 -d > {path} && "
+                   f"python3 {path} {' '.join(args)}")
     return out.get("stdout", "").strip()
 
 
@@ -254,11 +278,23 @@ def test_a_live_change_takes_effect(egressd, world):
     box = create(egressd)["container_name"]
     assert probe(egressd, box, f"{PUBLIC}:80")[f"{PUBLIC}:80"].startswith(
         "open")
+    kept = []
+    keeper = threading.Thread(target=lambda: kept.append(
+        run_py(egressd, box, KEEP, PUBLIC)))
+    keeper.start()
+    wait_until(lambda: egressd.shell(box, "cat /tmp/first 2>/dev/null").get(
+        "stdout"), what="the kept connection")
     r = egressd.session.put(f"{egressd.url}/v1/sandboxes/{box}/network",
                             json={"internet": False}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["network"]["internet"] is False
     assert probe(egressd, box, f"{PUBLIC}:80") == {f"{PUBLIC}:80": "refused"}
+    # A connection made before the change is judged by the new rules
+    # too: its next packet is refused (a reset), it does not go on.
+    egressd.shell(box, "touch /tmp/go")
+    keeper.join(60)
+    assert kept and kept[0].split(" ", 1)[0] == "open", kept
+    assert kept[0].split(" ", 1)[1].startswith("error"), kept
     r = egressd.session.put(f"{egressd.url}/v1/sandboxes/{box}/network",
                             json={"internet": False,
                                   "allow_out": [PUBLIC, "10.99.0.10"]},

@@ -160,7 +160,7 @@ test_script(void **state)
 	own = checked("{\"allow_out\": [\"10.99.0.0/16\", \"a.test\"], "
 	    "\"deny_out\": [\"203.0.113.10\"], \"internet\": false}", &err);
 	egress_policy_build(&p, NULL, own);
-	s = egress_rules_script(&p, host, 2, 1);
+	s = egress_rules_script(&p, host, 2, 1, 7);
 	assert_non_null(strstr(s, "add element inet sandboxd host4 { "
 	    "192.0.2.2/32, 10.254.3.0/24 }"));
 	/* IPv4-mapped and NAT64 forms, as nft's parser takes them. */
@@ -172,6 +172,9 @@ test_script(void **state)
 	assert_null(strstr(s, "flush set inet sandboxd names4"));
 	/* Without the internet the chain ends refusing. */
 	assert_non_null(strstr(s, "add rule inet sandboxd out goto refuse\n"));
+	/* What passed is marked with the generation, and passes on it. */
+	assert_non_null(strstr(s, "out ct mark 7 accept\n"));
+	assert_non_null(strstr(s, "@allow4 ct mark set 7 accept\n"));
 	free(s);
 	egress_policy_free(&p);
 	json_decref(own);

@@ -7,8 +7,10 @@ leaves the machine).
             namespace found, the rules in, the resolver listening), from
             its log, and of the whole create, over N creates
   bulk      MB/s of a download of SIZE bytes from the router's HTTP server,
-            by a sandbox under the policy and by a container on the same
-            network without it, alternated ROUNDS times; medians
+            in a sandbox under the policy and in a plain container of the
+            same image on the same network, both by `docker exec` (the
+            same process, user and confinement: the rules are the only
+            difference), alternated ROUNDS times; medians
 
 usage: egress_bench.py SANDBOXD_BIN TAG N SIZE ROUNDS
 prints key=value lines.
@@ -59,22 +61,25 @@ def main():
         print(f"create_p50_ms={statistics.median(creates):.0f}")
         for name in names[1:]:
             s.delete(f"/v1/sandboxes/{name}")
-        box = names[0]
         code = DOWNLOAD % (PUBLIC, size)
         image = f"agentscope/runtime-sandbox-base:{tag}"
+        plain = subprocess.run(
+            ["docker", "run", "-d", "--rm", "--network", world.network,
+             "--label", "io.agentscope.sandbox.bench=1", "--entrypoint",
+             "sleep", image, "3600"], capture_output=True, text=True,
+            check=True).stdout.strip()
         with_policy, without = [], []
-        for _ in range(rounds):
-            out = s.rpc("call_tool", identity=box,
-                        tool_name="run_shell_command",
-                        arguments={"command": f'python3 -c "{code}"'})
-            text = [c["text"] for c in out["content"]
-                    if c.get("description") == "stdout"][0]
-            with_policy.append(float(text))
-            r = subprocess.run(
-                ["docker", "run", "--rm", "--network", world.network,
-                 "--entrypoint", "python3", image, "-c", code],
-                capture_output=True, text=True, check=True, timeout=600)
-            without.append(float(r.stdout))
+        try:
+            for _ in range(rounds):
+                for box, out in ((names[0], with_policy), (plain, without)):
+                    r = subprocess.run(
+                        ["docker", "exec", box, "python3", "-c", code],
+                        capture_output=True, text=True, check=True,
+                        timeout=600)
+                    out.append(float(r.stdout))
+        finally:
+            subprocess.run(["docker", "rm", "-f", plain],
+                           capture_output=True)
         a, b = statistics.median(with_policy), statistics.median(without)
         print(f"bulk_with_mbs={a:.0f}")
         print(f"bulk_without_mbs={b:.0f}")
