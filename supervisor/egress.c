@@ -9,6 +9,7 @@
 #include "sandboxd.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,22 +279,28 @@ egress_refresh_counters(void)
 void
 egress_metrics(struct evbuffer *b)
 {
+	static const struct {
+		const char *name;
+		const char *help;
+		size_t offset;
+	} counters[] = {
+		{ "sandboxd_egress_denied_packets_total", "Packets a sandbox's "
+		    "egress policy refused (read at the previous scrape).",
+		    offsetof(struct egress, denied_packets) },
+		{ "sandboxd_egress_denied_names_total", "Names a sandbox's "
+		    "resolver refused.", offsetof(struct egress, denied_names) },
+	};
 	struct egress *e;
 
-	evbuffer_add_printf(b, "# HELP sandboxd_egress_denied_packets_total "
-	    "Packets a sandbox's egress policy refused (read at the previous "
-	    "scrape).\n# TYPE sandboxd_egress_denied_packets_total counter\n");
-	LIST_FOREACH(e, &all, entry)
-		evbuffer_add_printf(b, "sandboxd_egress_denied_packets_total"
-		    "{sandbox=\"%s\"} %llu\n", e->name,
-		    (unsigned long long)e->denied_packets);
-	evbuffer_add_printf(b, "# HELP sandboxd_egress_denied_names_total "
-	    "Names a sandbox's resolver refused.\n"
-	    "# TYPE sandboxd_egress_denied_names_total counter\n");
-	LIST_FOREACH(e, &all, entry)
-		evbuffer_add_printf(b, "sandboxd_egress_denied_names_total"
-		    "{sandbox=\"%s\"} %llu\n", e->name,
-		    (unsigned long long)e->denied_names);
+	for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) {
+		evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s counter\n",
+		    counters[i].name, counters[i].help, counters[i].name);
+		LIST_FOREACH(e, &all, entry)
+			evbuffer_add_printf(b, "%s{sandbox=\"%s\"} %llu\n",
+			    counters[i].name, e->name, (unsigned long long)
+			    *(const uint64_t *)(const void *)((const char *)e +
+			    counters[i].offset));
+	}
 	egress_refresh_counters();
 }
 

@@ -24,8 +24,9 @@ import pytest
 
 from egress_world import (METADATA, PRIVATE, PUBLIC, PUBLIC2, ROUTER_DNS,
                           World)
-from sandboxd_fixtures import (base_tag, minimal_tag, start_sandboxd,  # noqa
-                               scratch, wait_until, write_types)
+from sandboxd_fixtures import (BUILD_IMAGE, base_tag, minimal_tag,  # noqa
+                               start_sandboxd, scratch, wait_until,
+                               write_types)
 
 # Run inside a sandbox: each argument HOST:PORT (a name or an address) is
 # connected to over TCP and sent an HTTP GET, or dns:ADDR asked for a name
@@ -205,6 +206,45 @@ def test_default_policy_reaches_the_internet_and_nothing_else(egressd,
     # Name servers but its own: refused at once too (ICMP, not a drop).
     for t in (f"dns:{ROUTER_DNS}", f"dns:{world.gateway}"):
         assert got[t].startswith(("refused", "error")), got
+
+
+@pytest.fixture(scope="module")
+def browser_tag(base_tag):
+    """The browser image of this tree's agent, under the same tag."""
+    subprocess.run([BUILD_IMAGE, "--tag", base_tag, "browser"], check=True,
+                   timeout=1800)
+    return base_tag
+
+
+def browser_tool(sb, name, tool, arguments):
+    r = sb.post("/call_tool", {"identity": name, "tool_name": tool,
+                               "arguments": arguments}, timeout=180)
+    assert r.status_code == 200, r.text
+    return "\n".join(c.get("text", "") for c in r.json()["data"]["content"])
+
+
+def navigate(sb, name, url):
+    """The page's text at url, or what the browser tool said of it."""
+    said = browser_tool(sb, name, "browser_navigate", {"url": url})
+    if "ERR_" in said:
+        return said
+    return browser_tool(sb, name, "browser_evaluate",
+                        {"function": "() => document.body.innerText"})
+
+
+def test_a_browser_sandbox_reaches_the_internet_and_nothing_else(
+        start_sandboxd, browser_tag, world):
+    s = start_sandboxd(tag=browser_tag, env=world.sandboxd_env())
+    r = s.post("/v1/sandboxes", {"type": "browser"})
+    assert r.status_code == 201, r.text
+    name = r.json()["container_name"]
+    address(s, world, name)
+    assert f"here {PUBLIC}" in navigate(s, name, f"http://{PUBLIC}/")
+    assert f"here {PUBLIC}" in navigate(s, name, "http://public.test/")
+    for url in (f"http://{PRIVATE}/", f"http://{METADATA}/",
+                f"http://{world.gateway}/", "http://private.test/"):
+        said = navigate(s, name, url)
+        assert "net::ERR_CONNECTION_REFUSED" in said, (url, said)
 
 
 def test_denials_are_counted_and_nothing_is_left(egressd, world):
