@@ -54,10 +54,11 @@ struct egress_policy {
  * -1 with err (400) naming what is wrong. */
 int egress_network_check(json_t *network, const char *where, json_t **out,
     struct error *err);
-/* The effective policy of a sandbox: the configuration's lists
- * (SANDBOXD_EGRESS_ALLOW, SANDBOXD_EGRESS_DENY), then the type's, then the
- * sandbox's own (each a checked network object or NULL); "internet" is the
- * sandbox's, else the type's, else true. */
+/* The effective policy of a sandbox: the configuration's allow list
+ * (SANDBOXD_EGRESS_ALLOW), then the type's lists, then the sandbox's own
+ * (each a checked network object or NULL); "internet" is the sandbox's,
+ * else the type's, else true. SANDBOXD_EGRESS_DENY is no list's: it is
+ * denied above them all. */
 void egress_policy_build(struct egress_policy *p, json_t *type_net,
     json_t *own_net);
 void egress_policy_free(struct egress_policy *p);
@@ -67,12 +68,15 @@ json_t *egress_policy_json(const struct egress_policy *p);
 /* The address ranges every sandbox is denied (the defaults and
  * SANDBOXD_EGRESS_DENY), *n of them. */
 const char *const *egress_default_denied(size_t *n);
+/* Of them, SANDBOXD_EGRESS_DENY's, which no list opens. */
+const char *const *egress_operator_denied(size_t *n);
 int egress_config_check(const struct sandboxd_config *cfg, struct error *err);
 
 /* A CIDR or bare address as nft writes it, host bits masked: 4 or 6 by
  * its family, 0 when s is not one. */
 int egress_cidr(const char *s, char *out, size_t size);
-/* What the resolver does with a name. */
+/* What the resolver does with a name: SANDBOXD_EGRESS_DENY's names
+ * refused, then the allow list, then the deny list, then the internet. */
 enum egress_verdict {
 	EGRESS_REFUSE,			/* REFUSED: denied, or not listed
 					 * without the internet */

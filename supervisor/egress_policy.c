@@ -28,7 +28,10 @@ static const char *const default_denied[] = {
 };
 
 static struct config_list denied_all;	/* defaults + SANDBOXD_EGRESS_DENY */
-static json_t *config_net;		/* SANDBOXD_EGRESS_ALLOW/_DENY */
+/* SANDBOXD_EGRESS_DENY: its ranges no list opens, its names no resolver
+ * answers. */
+static struct config_list operator_ranges, operator_names;
+static json_t *config_net;		/* SANDBOXD_EGRESS_ALLOW */
 
 int
 egress_cidr(const char *s, char *out, size_t size)
@@ -251,6 +254,13 @@ egress_default_denied(size_t *n)
 	return (const char *const *)denied_all.v;
 }
 
+const char *const *
+egress_operator_denied(size_t *n)
+{
+	*n = operator_ranges.n;
+	return (const char *const *)operator_ranges.v;
+}
+
 /* A comma list of the configuration as a checked network object. */
 static int
 config_list_json(const char *text, const char *key, const char *setting,
@@ -284,6 +294,8 @@ egress_config_check(const struct sandboxd_config *cfg, struct error *err)
 	size_t i;
 
 	config_list_free(&denied_all);
+	config_list_free(&operator_ranges);
+	config_list_free(&operator_names);
 	json_decref(config_net);
 	config_net = NULL;
 	for (i = 0; default_denied[i] != NULL; i++)
@@ -295,14 +307,17 @@ egress_config_check(const struct sandboxd_config *cfg, struct error *err)
 		json_decref(net);
 		return -1;
 	}
-	/* The operator's deny ranges join the defaults: no list opens
-	 * them. Names there are refused by every resolver. */
 	json_array_foreach(json_object_get(net, "deny_out"), i, v) {
 		char cidr[INET6_ADDRSTRLEN + 8];
 
-		if (egress_cidr(json_string_value(v), cidr, sizeof cidr) != 0)
+		if (egress_cidr(json_string_value(v), cidr, sizeof cidr) != 0) {
 			config_list_add(&denied_all, cidr);
+			config_list_add(&operator_ranges, cidr);
+		} else {
+			config_list_add(&operator_names, json_string_value(v));
+		}
 	}
+	json_object_del(net, "deny_out");
 	config_net = net;
 	return 0;
 }
@@ -335,10 +350,14 @@ list_has_name(const struct config_list *l, const char *name)
 enum egress_verdict
 egress_name_verdict(const struct egress_policy *p, const char *name)
 {
-	if (list_has_name(&p->deny, name))
+	/* The lists' allow before their deny, as for addresses; the
+	 * operator's deny before all. */
+	if (list_has_name(&operator_names, name))
 		return EGRESS_REFUSE;
 	if (list_has_name(&p->allow, name))
 		return EGRESS_ALLOW;
+	if (list_has_name(&p->deny, name))
+		return EGRESS_REFUSE;
 	/* Without the internet an unlisted name is not even asked
 	 * upstream: its query would carry data out. */
 	return p->internet ? EGRESS_PASS : EGRESS_REFUSE;

@@ -6,11 +6,13 @@
  * programs talk to each other, its resolver listens there); packets
  * answering a connection made to it pass (its agent's port); IPv6
  * neighbour discovery passes; DNS anywhere else is refused; then the host's
- * addresses and the sandbox network (other sandboxes, the gateway), which
- * no list opens; the lists' denied ranges; their allowed ranges (which may
- * open a private one); the ranges every sandbox is denied; the addresses
- * allowed names resolved to, each while its TTL lasts; and last the
- * internet, or nothing. Refused means rejected (a TCP reset, else an ICMP
+ * addresses, the sandbox network (other sandboxes, the gateway) and the
+ * operator's SANDBOXD_EGRESS_DENY, which no list opens; the lists' allowed
+ * ranges (which may open a private one) and the addresses allowed names
+ * resolved to, each while its TTL lasts (never one in a default range);
+ * the lists' denied ranges (an allow list wins over a deny list, as E2B's
+ * allowOut over denyOut: "deny 0.0.0.0/0, allow these" works); the ranges
+ * every sandbox is denied; and last the internet, or nothing. Refused means rejected (a TCP reset, else an ICMP
  * "administratively prohibited"), never dropped: the program learns at
  * once. Every refusal counts in the counter "denied".
  *
@@ -132,7 +134,17 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
 	if (!keep_names)
 		evbuffer_add_printf(out, "flush set " TABLE " names4\n"
 		    "flush set " TABLE " names6\n");
-	fill(out, "host", host, nhost, 1);
+	{
+		size_t nop;
+		const char *const *op = egress_operator_denied(&nop);
+		const char **never = xreallocarray(NULL, nhost + nop + 1,
+		    sizeof *never);
+
+		memcpy(never, host, nhost * sizeof *never);
+		memcpy(never + nhost, op, nop * sizeof *never);
+		fill(out, "host", never, nhost + nop, 1);
+		free(never);
+	}
 	fill(out, "block", (const char *const *)p->deny.v, p->deny.n, 0);
 	fill(out, "allow", (const char *const *)p->allow.v, p->allow.n, 0);
 	fill(out, "deny", dflt, ndflt, 1);
@@ -151,14 +163,14 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
 	    "refuse\n"
 	    "add rule " TABLE " out ip daddr @host4 goto refuse\n"
 	    "add rule " TABLE " out ip6 daddr @host6 goto refuse\n"
-	    "add rule " TABLE " out ip daddr @block4 goto refuse\n"
-	    "add rule " TABLE " out ip6 daddr @block6 goto refuse\n"
 	    "add rule " TABLE " out ip daddr @allow4 ct mark set %u accept\n"
 	    "add rule " TABLE " out ip6 daddr @allow6 ct mark set %u accept\n"
-	    "add rule " TABLE " out ip daddr @deny4 goto refuse\n"
-	    "add rule " TABLE " out ip6 daddr @deny6 goto refuse\n"
 	    "add rule " TABLE " out ip daddr @names4 ct mark set %u accept\n"
-	    "add rule " TABLE " out ip6 daddr @names6 ct mark set %u accept\n",
+	    "add rule " TABLE " out ip6 daddr @names6 ct mark set %u accept\n"
+	    "add rule " TABLE " out ip daddr @block4 goto refuse\n"
+	    "add rule " TABLE " out ip6 daddr @block6 goto refuse\n"
+	    "add rule " TABLE " out ip daddr @deny4 goto refuse\n"
+	    "add rule " TABLE " out ip6 daddr @deny6 goto refuse\n",
 	    generation, generation, generation, generation);
 	evbuffer_add_printf(out, p->internet ? "add rule " TABLE " out ct mark "
 	    "set %u accept\n" : "add rule " TABLE " out goto refuse\n",

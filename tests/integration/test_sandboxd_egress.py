@@ -284,17 +284,26 @@ def test_lists_at_create_open_ranges_and_names(egressd, world):
                    f"{PUBLIC}:80": f"open here {PUBLIC}",
                    f"{METADATA}:80": "refused"}
 
-    # Without the internet: the lists alone; an unlisted name is not even
-    # asked upstream (its query could carry data out).
+    # Without the internet: the lists alone, an allow list winning over a
+    # deny list; an unlisted name is not even asked upstream (its query
+    # could carry data out).
     closed = create(egressd, network={
-        "internet": False, "allow_out": ["allowed.test", "203.0.113.0/24"],
-        "deny_out": ["203.0.113.10/32"]})["container_name"]
+        "internet": False, "allow_out": ["allowed.test"],
+        "deny_out": ["203.0.113.0/24"]})["container_name"]
     got = probe(egressd, closed, "allowed.test:80", f"{PUBLIC}:80",
                 "secret-data.public.test:80")
-    assert got == {"allowed.test:80": "refused",
+    assert got == {"allowed.test:80": f"open here {PUBLIC2}",
                    f"{PUBLIC}:80": "refused",
                    "secret-data.public.test:80": "noname"}
     assert "secret-data.public.test" not in world.asked()
+
+    # E2B's way of saying the same: deny everything, allow some.
+    e2b = create(egressd, network={"deny_out": ["0.0.0.0/0"],
+                                   "allow_out": [PUBLIC2]})["container_name"]
+    got = probe(egressd, e2b, f"{PUBLIC2}:80", f"{PUBLIC}:80",
+                f"{PRIVATE}:80")
+    assert got == {f"{PUBLIC2}:80": f"open here {PUBLIC2}",
+                   f"{PUBLIC}:80": "refused", f"{PRIVATE}:80": "refused"}
 
     names = create(egressd, network={
         "internet": False, "allow_out": ["allowed.test", "*.rebind.test",
@@ -396,3 +405,19 @@ def test_a_network_type_may_not_add_net_admin(start_sandboxd, scratch,
     assert s.wait_exit(30) != 0
     s.expected_exit = s.proc.returncode
     assert "cap_add NET_ADMIN is refused with a network" in s.read_log()
+
+
+def test_the_operators_lists_hold_for_every_sandbox(start_sandboxd, base_tag,
+                                                    world, scratch):
+    env = dict(world.sandboxd_env(), SANDBOXD_EGRESS_ALLOW="10.99.0.10",
+               SANDBOXD_EGRESS_DENY=f"{PUBLIC2}/32, allowed.test")
+    s = start_sandboxd(tag=base_tag, env=env, args=[
+        "--types", write_types(scratch(), TYPES)])
+    # What the operator denies, no sandbox's list opens.
+    box = create(s, network={"allow_out": [PUBLIC2, "allowed.test"]})
+    assert f"{PUBLIC2}/32" in box["network"]["denied_by_default"]
+    got = probe(s, box["container_name"], f"{PRIVATE}:80", f"{PUBLIC2}:80",
+                "allowed.test:80", f"{PUBLIC}:80")
+    assert got == {f"{PRIVATE}:80": f"open here {PRIVATE}",
+                   f"{PUBLIC2}:80": "refused", "allowed.test:80": "noname",
+                   f"{PUBLIC}:80": f"open here {PUBLIC}"}

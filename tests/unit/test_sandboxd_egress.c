@@ -76,12 +76,17 @@ test_merge_and_names(void **state)
 	assert_int_equal(egress_config_check(&cfg, &err), 0);
 	type = checked("{\"allow_out\": [\"*.pypi.org\"], \"internet\": false}",
 	    &err);
-	own = checked("{\"allow_out\": [\"api.example.com\"], \"deny_out\": "
-	    "[\"files.pypi.org\"], \"internet\": true}", &err);
+	own = checked("{\"allow_out\": [\"api.example.com\", \"evil.example\"], "
+	    "\"deny_out\": [\"*.pypi.org\", \"ads.example.com\"], "
+	    "\"internet\": true}", &err);
 	egress_policy_build(&p, type, own);
 	assert_true(p.internet);
-	assert_int_equal(p.allow.n, 4);
+	assert_int_equal(p.allow.n, 5);
+	/* An allow list wins over a deny list (E2B's allowOut over denyOut),
+	 * the operator's deny over both. */
 	assert_int_equal(egress_name_verdict(&p, "files.pypi.org"),
+	    EGRESS_ALLOW);
+	assert_int_equal(egress_name_verdict(&p, "ads.example.com"),
 	    EGRESS_REFUSE);
 	assert_int_equal(egress_name_verdict(&p, "evil.example"),
 	    EGRESS_REFUSE);
@@ -172,6 +177,9 @@ test_script(void **state)
 	assert_null(strstr(s, "flush set inet sandboxd names4"));
 	/* Without the internet the chain ends refusing. */
 	assert_non_null(strstr(s, "add rule inet sandboxd out goto refuse\n"));
+	/* Allowed ranges and names before the denied ranges. */
+	assert_true(strstr(s, "@allow4 ct mark") < strstr(s, "@block4 goto") &&
+	    strstr(s, "@names4 ct mark") < strstr(s, "@block4 goto"));
 	/* What passed is marked with the generation, and passes on it. */
 	assert_non_null(strstr(s, "out ct mark 7 accept\n"));
 	assert_non_null(strstr(s, "@allow4 ct mark set 7 accept\n"));
