@@ -421,3 +421,26 @@ def test_the_operators_lists_hold_for_every_sandbox(start_sandboxd, base_tag,
     assert got == {f"{PRIVATE}:80": f"open here {PRIVATE}",
                    f"{PUBLIC2}:80": "refused", "allowed.test:80": "noname",
                    f"{PUBLIC}:80": f"open here {PUBLIC}"}
+
+
+def test_an_adopted_sandbox_is_policed_again(start_sandboxd, base_tag, world,
+                                             scratch):
+    """Its rules outlive sandboxd in its namespace, its resolver does not:
+    the next sandboxd puts both in again, with the sandbox's own lists."""
+    types = write_types(scratch(), TYPES)
+    env = dict(world.sandboxd_env(), AUTO_CLEANUP="false")
+    s = start_sandboxd(tag=base_tag, env=env, args=["--types", types])
+    box = create(s, network={"allow_out": ["10.99.0.0/16"]})[
+        "container_name"]
+    assert s.stop() == 0
+    s2 = start_sandboxd(tag=base_tag, env=env, args=["--types", types],
+                        state_dir=s.state_dir)
+    wait_until(lambda: s2.get(f"/v1/sandboxes/{box}").json().get("state")
+               == "running", 60, what="the sandbox taken back", logs=[s2])
+    assert s2.get(f"/v1/sandboxes/{box}").json()["network"][
+        "allow_out"] == ["10.99.0.0/16"]
+    got = probe(s2, box, "public.test:80", f"{PRIVATE}:80", f"{METADATA}:80")
+    assert got == {"public.test:80": f"open here {PUBLIC}",
+                   f"{PRIVATE}:80": f"open here {PRIVATE}",
+                   f"{METADATA}:80": "refused"}
+    s2.post("/cleanup", {})
