@@ -41,8 +41,10 @@ LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
-SUPERVISOR_LIBS := -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis -lnettle -lnftables -lpthread
-UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis -lnettle -lnftables -lpthread
+SUPERVISOR_LIBS := -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lcurl -lexpat -lnettle -lnftables -lpthread
+UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lnettle -lnftables -lpthread
 
 .PHONY: all deps install test test-scale unit unit-asan integration integration-asan images run \
 	bench clean fuzz fuzz-replay
@@ -135,11 +137,11 @@ $(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
 
 $(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS) -lnettle
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS) -lcurl -lexpat
 
 $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lnettle
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lcurl -lexpat
 
 # tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
 # the common objects and what the module is built on, listed below; Nettle
@@ -152,9 +154,6 @@ $(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(filter %.o,$^) $(UNIT_LIBS) -lnettle
 
-# A work queue is a work pool of one thread.
-$(BUILD)/unit/test_agent_work_queue: $(BUILD)/agent/work_pool.o
-$(BUILD)/unit-asan/test_agent_work_queue: $(BUILD)/asan/agent/work_pool.o
 # The computer tool's arguments name keys by their keysyms.
 $(BUILD)/unit/test_agent_computer_args: $(BUILD)/agent/computer_keys.o
 $(BUILD)/unit-asan/test_agent_computer_args: $(BUILD)/asan/agent/computer_keys.o

@@ -18,6 +18,7 @@
 #include "egress.h"
 #include "lifecycle_internal.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 /* How often a starting container is asked whether it died. */
@@ -546,15 +547,10 @@ environment_strings(json_t *env)
 static void
 begin(struct lifecycle_op *op)
 {
-	struct sandbox *sb = op->sb;
-
-	if (op->restore) {
-		log_info("sandbox %s: restoring the workspace from %s", sb->name,
-		    sb->storage_path);
-		workspace_copy(sb->storage_path, sb->mount_dir, restored_cb, op);
-	} else {
+	if (op->restore)
+		lifecycle_restore(op, restored_cb);
+	else
 		start_container(op);
-	}
 }
 
 static void
@@ -659,8 +655,9 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		json_decref(network);
 		return NULL;
 	}
-	if (creq->storage_path != NULL &&
-	    workspace_storage_path(creq->storage_path, &storage, err) < 0) {
+	if (creq->storage_path != NULL && (oss_enabled() ?
+	    oss_storage_path(creq->storage_path, NULL, &storage, err) :
+	    workspace_storage_path(creq->storage_path, &storage, err)) < 0) {
 		free(mount);
 		json_decref(network);
 		return NULL;
@@ -689,7 +686,9 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		sb->mount_dir = workspace_make(sb->id, creq->type->run_as, err);
 		sb->owns_mount = 1;
 	}
-	if (storage == NULL && sd.cfg.storage_folder != NULL)
+	if (storage == NULL && oss_enabled())
+		oss_storage_path(NULL, sb->id, &storage, err);
+	else if (storage == NULL && sd.cfg.storage_folder != NULL)
 		storage = xasprintf("%s/%s", sd.cfg.storage_folder, sb->id);
 	sb->storage_path = storage;
 	sandbox_changed(sb);
@@ -706,8 +705,10 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
+	/* From object storage whatever is there (maybe nothing); from
+	 * STORAGE_FOLDER what was kept. */
 	op->restore = storage != NULL && creq->storage_path != NULL &&
-	    workspace_is_dir(storage);
+	    (oss_enabled() || workspace_is_dir(storage));
 	/* With Redis the host port and the limit count every instance's,
 	 * each in one atomic step there. */
 	if (shared_enabled() && sb->port > 0) {

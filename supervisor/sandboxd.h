@@ -19,9 +19,10 @@
  * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
+ * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
  * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
- * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c
- * (several sandboxd on one Redis, REDIS_ENABLED).
+ * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
+ * shared_uploads.c (several sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -67,7 +68,12 @@ struct sandboxd_config {
 	char *deployment;		/* only "docker" for now */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
-	char *storage_folder;		/* NULL: workspaces are not kept */
+	char *storage_folder;		/* NULL: workspaces are not kept here */
+	char *file_system;		/* FILE_SYSTEM: local, or oss (oss.h) */
+	char *oss_endpoint;
+	char *oss_access_key_id;
+	char *oss_access_key_secret;
+	char *oss_bucket;		/* OSS_BUCKET_NAME */
 	char *port_range;
 	int redis_enabled;
 	char *redis_server;
@@ -120,6 +126,9 @@ struct sandboxd_config {
 	double header_timeout;		/* seconds for a whole request head */
 	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
 	double body_rate_window;	/* seconds the rate is averaged over */
+	char *oss_region;		/* SigV4's region */
+	char *oss_addressing;		/* path, virtual or auto */
+	long oss_parallel;		/* files of a workspace at once */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;
@@ -241,6 +250,9 @@ struct sandbox {
 	char *mount_dir;		/* host workspace */
 	int owns_mount;			/* we made mount_dir: we remove it */
 	char *storage_path;		/* where release keeps it; NULL: nowhere */
+	/* FILE_SYSTEM=oss: its upload failed, the workspace is still at
+	 * mount_dir; a release again (or the next start) uploads it. */
+	int workspace_unsaved;
 	char *sock_dir;			/* host side of /run/sandbox-agent */
 	char *agent_addr;		/* as the backend says; NULL until
 					 * created */
@@ -384,9 +396,12 @@ void lifecycle_set_network(struct sandbox *sb, json_t *network,
  * WARM) or after everything made so far is removed again (err). */
 struct sandbox *lifecycle_create(const struct create_request *creq,
     sandbox_done_cb done, void *arg, struct error *err);
-/* Remove the container, keep or delete the workspace, free the port:
- * done(sb, NULL) with sb RELEASED. Already released: done on the loop's
- * next turn. As every callback here, done never runs before the return. */
+/* Remove the container, keep (STORAGE_FOLDER, FILE_SYSTEM=oss) or delete
+ * the workspace, free the port: done(sb, NULL) with sb RELEASED, or
+ * done(sb, err) RELEASED when its workspace could not be uploaded (kept
+ * here; a release again uploads it). Already released: done on the
+ * loop's next turn. As every callback here, done never runs before the
+ * return. */
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
@@ -719,6 +734,14 @@ char *shared_ports_key(void);
 char *shared_api_addr(void);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
+/* shared_uploads.c (FILE_SYSTEM=oss): mark sb's storage_path as on its
+ * way to the store (a release asked of its owner), clear the mark (the
+ * owner's release is over), and ask whether it is there: done(arg,
+ * pending) later, or -1 (done never runs) while Redis is down. */
+void shared_upload_mark(const struct sandbox *sb);
+void shared_upload_clear(const char *storage_path);
+int shared_upload_pending(const char *storage_path,
+    void (*done)(void *arg, int pending), void *arg);
 
 /* main.c: the process-wide state. */
 struct sandboxd {
