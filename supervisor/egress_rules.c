@@ -140,8 +140,10 @@ egress_rules_script(const struct egress_policy *p, const char *const *host,
 		const char **never = xreallocarray(NULL, nhost + nop + 1,
 		    sizeof *never);
 
-		memcpy(never, host, nhost * sizeof *never);
-		memcpy(never + nhost, op, nop * sizeof *never);
+		for (size_t i = 0; i < nhost; i++)
+			never[i] = host[i];
+		for (size_t i = 0; i < nop; i++)
+			never[nhost + i] = op[i];
 		fill(out, "host", never, nhost + nop, 1);
 		free(never);
 	}
