@@ -209,11 +209,10 @@ egress_busy(const struct egress *e)
 	return e->job != NULL || e->done != NULL;
 }
 
-void
-egress_free(struct egress *e)
+/* Without telling anyone (shutdown). */
+static void
+drop(struct egress *e)
 {
-	if (e == NULL)
-		return;
 	LIST_REMOVE(e, entry);
 	if (e->job != NULL)
 		egress_nft_cancel(e->job);
@@ -225,6 +224,24 @@ egress_free(struct egress *e)
 	egress_policy_free(&e->prev);
 	free(e->name);
 	free(e);
+}
+
+void
+egress_free(struct egress *e)
+{
+	egress_done_cb done;
+	void *arg;
+	struct error err;
+
+	if (e == NULL)
+		return;
+	done = e->done;
+	arg = e->arg;
+	error_set(&err, 409, "sandbox %s went while its network changed",
+	    e->name);
+	drop(e);
+	if (done != NULL)
+		done(&err, arg);
 }
 
 uint64_t
@@ -308,7 +325,7 @@ void
 egress_shutdown(void)
 {
 	while (!LIST_EMPTY(&all))
-		egress_free(LIST_FIRST(&all));
+		drop(LIST_FIRST(&all));
 	egress_nft_shutdown();
 	egress_dns_shutdown();
 	free(resolv_conf);

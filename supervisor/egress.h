@@ -114,11 +114,13 @@ typedef void (*egress_done_cb)(const struct error *err, void *arg);
 /* Start the worker and the upstream resolver (SANDBOXD_EGRESS_DNS). */
 int egress_init(struct event_base *base, const struct sandboxd_config *cfg,
     struct error *err);
-/* Close every sandbox's resolver, stop the worker. */
+/* Close every sandbox's resolver, stop the worker; no callback runs.
+ * Every handle is gone after it. */
 void egress_shutdown(void);
 /* Police the namespace netns (taken over) with p (copied): the rules in,
  * the resolver listening, then done. The handle is the caller's at once;
- * egress_free drops it, also while the install runs (done never runs).
+ * egress_free drops it, also while an install or change runs (its done
+ * then runs from egress_free, with a 409).
  * NULL with err at once when netns is sandboxd's own. */
 struct egress *egress_attach(const char *name, int netns,
     const struct egress_policy *p, egress_done_cb done, void *arg,

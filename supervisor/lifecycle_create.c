@@ -486,6 +486,8 @@ create_failed(struct lifecycle_op *op, const struct error *err)
 	op->err = *err;
 	if (op->timer != NULL)
 		evtimer_del(op->timer);
+	egress_free(sb->egress);
+	sb->egress = NULL;
 	sb->state = SB_RELEASING;
 	sandbox_changed(sb);
 	/* Also when Docker failed to answer the create: it may still have

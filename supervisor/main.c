@@ -446,10 +446,8 @@ teardown(void)
 	sessions_free();
 	desktop_relay_close_all();
 	for (struct sandbox *sb = sandbox_first(); sb != NULL;
-	    sb = sandbox_next(sb)) {
-		egress_free(sb->egress);
+	    sb = sandbox_next(sb))
 		sb->egress = NULL;
-	}
 	egress_shutdown();
 	sandbox_free_all();
 	http_server_free(sd.http);
