@@ -41,9 +41,10 @@ LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
-SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson -lhiredis -lcurl \
-	-lexpat -lnettle
-UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson -lhiredis -lnettle
+SUPERVISOR_LIBS := -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lcurl -lexpat -lnettle -lnftables -lpthread
+UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lnettle -lnftables -lpthread
 
 .PHONY: all deps install test test-scale unit unit-asan integration integration-asan images run \
 	bench clean fuzz fuzz-replay

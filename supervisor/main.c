@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "spawn.h"
@@ -384,6 +385,10 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 1;
 	}
+	if (egress_init(sd.base, &sd.cfg, &err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 1;
+	}
 	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
 	sd.backend = backend_new(sd.cfg.deployment, sd.base, &sd.cfg, &err);
 	if (sd.backend == NULL) {
@@ -443,6 +448,10 @@ teardown(void)
 	api_e2b_timeouts_stop();
 	sessions_free();
 	desktop_relay_close_all();
+	for (struct sandbox *sb = sandbox_first(); sb != NULL;
+	    sb = sandbox_next(sb))
+		sb->egress = NULL;
+	egress_shutdown();
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);

@@ -118,6 +118,11 @@ struct sandboxd_config {
 	long shutdown_parallel;		/* the same while shutdown removes */
 	long remove_parallel;		/* of them, container stops/removes */
 	double shutdown_timeout;	/* then exit, leaving the rest */
+	char *network;			/* SANDBOXD_NETWORK: NULL, Docker's */
+	char *egress_dns;		/* upstream name servers; NULL: the
+					 * host's */
+	char *egress_allow;		/* lists every sandbox has */
+	char *egress_deny;
 	char *log_level;
 	int access_log;
 	long max_connections;		/* client connections; 0: the default */
@@ -146,6 +151,8 @@ int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
 int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
 void sandboxd_config_usage(FILE *f);
 void sandboxd_config_free(struct sandboxd_config *cfg);
+/* Append the non-empty, trimmed parts of a comma list to out. */
+void sandboxd_split_list(const char *s, struct config_list *out);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
@@ -160,6 +167,8 @@ struct sandbox_type {
 	int64_t nano_cpus;		/* 1e9 per CPU; 0: no limit */
 	int64_t pids;			/* 0: no limit */
 	char *network;			/* "none" or "bridge" */
+	json_t *egress;			/* bridge: its checked network object
+					 * (egress.h), or NULL */
 	struct config_list cap_add;	/* on top of CapDrop ALL */
 	/* "UID:GID" commands run as (AGENT_RUN_AS), which also grants the
 	 * agent the capabilities to switch to it and owns the workspace;
@@ -255,6 +264,12 @@ struct sandbox {
 	char *session;			/* session_ctx_id or NULL */
 	json_t *meta;			/* object */
 	json_t *environment;		/* object given at create, or NULL */
+	json_t *network;		/* its own egress lists (checked), or
+					 * NULL: the type's */
+	struct egress *egress;		/* its policy enforced; NULL: none
+					 * (no network, or not yet) */
+	json_t *egress_view;		/* the policy its model shows, set
+					 * with egress; NULL: none */
 	double timeout;
 
 	enum sandbox_state state;
@@ -300,6 +315,8 @@ const char *sandbox_state_name(enum sandbox_state state);
 int sandbox_check_callable(const struct sandbox *sb, struct error *err);
 /* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
 int sandbox_state_live(enum sandbox_state state);
+/* Whether sb's type gives it a network (and so an egress policy). */
+int sandbox_has_network(const struct sandbox *sb);
 /* A new record (CREATING), listed. Holds the list's reference. */
 struct sandbox *sandbox_new(const struct sandbox_type *type);
 void sandbox_ref(struct sandbox *sb);
@@ -368,9 +385,20 @@ struct create_request {
 	const char *storage_path;	/* NULL: <id> under STORAGE_FOLDER */
 	json_t *environment;		/* borrowed; object or NULL */
 	json_t *meta;			/* borrowed; object or NULL */
+	json_t *network;		/* borrowed; egress lists or NULL */
 	const char *session;		/* borrowed */
 	int for_pool;
 };
+
+/* lifecycle_network.c: a sandbox's egress policy (egress.h). */
+/* Police sb's network namespace with its policy (the type's, its own
+ * lists): done(sb, NULL) once the rules are in, or done(sb, err). A
+ * sandbox without a network: done at once (after the return). */
+void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Replace sb's own lists (a checked network object, taken) live: done once
+ * they hold. 409 when it is not running or a change is under way. */
+void lifecycle_set_network(struct sandbox *sb, json_t *network,
+    sandbox_done_cb done, void *arg);
 
 /* Start creating. Input and capacity errors come back at once (NULL, err:
  * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
