@@ -211,6 +211,11 @@ static const struct config_option options[] = {
 	{ "--body-rate-window", "SANDBOXD_BODY_RATE_WINDOW", CONFIG_DOUBLE,
 	    C(body_rate_window), "SECONDS", "the window of --body-min-rate "
 	    "(default 30)" },
+	{ "--e2b-templates", "SANDBOXD_E2B_TEMPLATES", CONFIG_STRING,
+	    C(e2b_templates), "MAP", "E2B templates as sandbox types, "
+	    "template=type,... on top of base=base, "
+	    "code-interpreter-v1=code-interpreter, desktop=gui and every "
+	    "type's own name" },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -743,6 +748,24 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		return -1;
 	}
 
+	config_list_free(&c->e2b_aliases);
+	if (c->e2b_templates != NULL)
+		sandboxd_split_list(c->e2b_templates, &c->e2b_aliases);
+	for (size_t i = 0; i < c->e2b_aliases.n; i++) {
+		const char *a = c->e2b_aliases.v[i], *eq = strchr(a, '=');
+
+		if (eq == NULL || eq == a || eq[1] == '\0') {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: '%s' is not "
+			    "template=type", a);
+			return -1;
+		}
+		if (sandbox_types_find(eq + 1) == NULL) {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: unknown "
+			    "sandbox type '%s'", eq + 1);
+			return -1;
+		}
+	}
+
 	if (c->state_dir == NULL)
 		c->state_dir = default_state_dir();
 	if (canonical_dir(&c->state_dir, "SANDBOXD_STATE_DIR", 0700, err) < 0)
@@ -877,7 +900,7 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->egress_dns, &c->egress_allow, &c->egress_deny,
 		&c->file_system, &c->oss_endpoint, &c->oss_access_key_id,
 		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
-		&c->oss_addressing,
+		&c->oss_addressing, &c->e2b_templates,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
@@ -888,6 +911,7 @@ sandboxd_config_free(struct sandboxd_config *c)
 	}
 	config_list_free(&c->pool_types);
 	config_list_free(&c->allowed_mounts);
+	config_list_free(&c->e2b_aliases);
 	for (size_t i = 0; i < c->nro_mounts; i++) {
 		free(c->ro_mounts[i].host);
 		free(c->ro_mounts[i].container);

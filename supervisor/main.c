@@ -258,6 +258,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	pool_stop();
 	health_stop();
 	sessions_stop();
+	api_e2b_timeouts_stop();
 	shutdown_began = sandboxd_now();
 	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
@@ -285,7 +286,7 @@ merged_routes(size_t *n)
 {
 	const struct http_route *(*const tables[])(size_t *) = {
 		api_agentscope_routes, api_rest_routes, api_desktop_routes,
-		api_mcp_routes,
+		api_mcp_routes, api_e2b_routes, api_e2b_router_routes,
 	};
 	struct http_route *all = NULL;
 	size_t i, k;
@@ -420,6 +421,7 @@ setup(int argc, char **argv)
 	}
 	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
+	api_e2b_timeouts_start();
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);
@@ -443,6 +445,7 @@ teardown(void)
 		event_free(shutdown_ev);
 	pool_stop();
 	health_stop();
+	api_e2b_timeouts_stop();
 	sessions_free();
 	desktop_relay_close_all();
 	for (struct sandbox *sb = sandbox_first(); sb != NULL;

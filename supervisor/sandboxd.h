@@ -17,6 +17,9 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
+ * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
+ * (E2B's API: the control routes under /e2b, its list, sandbox traffic
+ * routed by header, E2B's fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
  * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
@@ -129,11 +132,13 @@ struct sandboxd_config {
 	char *oss_region;		/* SigV4's region */
 	char *oss_addressing;		/* path, virtual or auto */
 	long oss_parallel;		/* files of a workspace at once */
+	char *e2b_templates;		/* E2B template=type,... */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;
 	struct config_list pool_types;
 	struct config_list allowed_mounts;	/* absolute, canonical */
+	struct config_list e2b_aliases;		/* "template=type" each */
 	struct ro_mount *ro_mounts;
 	size_t nro_mounts;
 };
@@ -277,6 +282,10 @@ struct sandbox {
 	 * monotonic clock (0: none yet). */
 	uint64_t cpu_ns;
 	double cpu_at;
+	/* When E2B's timeout ends it, on the monotonic clock; 0: none known
+	 * here (api_e2b_sandbox.c derives it from the wall-clock end its
+	 * record keeps, in meta.e2b, after a restart or a take elsewhere). */
+	double ends_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
 	 * instance owns it (a mirror record), NULL when we do; the fields
@@ -570,6 +579,16 @@ void agent_relay(struct http_request *req, struct sandbox *sb,
 /* Forward req (method, query, headers, body) to path on sb's agent. */
 void proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target);
+/* What a forward changes in the headers beyond the hop-by-hop ones and
+ * Authorization (always dropped, the agent's token put in): more names
+ * to drop, and "Name: value" lines to add. Both NULL-terminated, may be
+ * NULL, borrowed for the call. */
+struct proxy_headers {
+	const char *const *drop;
+	const char *const *add;
+};
+void proxy_forward_with(struct http_request *req, struct sandbox *sb,
+    const char *target, const struct proxy_headers *h);
 void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
@@ -597,6 +616,11 @@ const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
 const struct http_route *api_mcp_routes(size_t *n);
+const struct http_route *api_e2b_routes(size_t *n);
+const struct http_route *api_e2b_router_routes(size_t *n);
+/* api_e2b_sandbox.c: E2B's timeouts run from start to shutdown. */
+void api_e2b_timeouts_start(void);
+void api_e2b_timeouts_stop(void);
 
 /* desktop_token.c: the tokens of desktop links, derived from the
  * sandbox's token; the access one grants. */
