@@ -9,8 +9,9 @@
  * (envd.h), desktop_*, vnc_* and computer_* the display and computer
  * use. toolset.c and tool_result.c hold what native and MCP tools share;
  * confine.c what confines every child; path.c resolves workspace paths,
- * multipart.c parses uploads, work_queue.c and work_pool.c run blocking
- * jobs off the loop. Code sandboxd uses too lives in common/.
+ * multipart.c parses uploads. Code sandboxd uses too lives in common/,
+ * among it work_queue.c and work_pool.c, which run blocking jobs off the
+ * loop.
  */
 #ifndef AGENT_H
 #define AGENT_H

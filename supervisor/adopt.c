@@ -17,7 +17,9 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 #define ADOPT_PROBE_TIMEOUT 5.0
@@ -65,6 +67,50 @@ leftover_done_cb(const struct error *err, void *arg)
 	adoption_step_done(arg);
 }
 
+/* Whether a saved record's sandbox was handed out (its workspace is
+ * worth keeping). */
+static int
+handed_out(json_t *rec)
+{
+	const char *st = json_string_value(json_object_get(rec, "state"));
+
+	return st == NULL || (strcmp(st, "warm") != 0 &&
+	    !(strcmp(st, "creating") == 0 &&
+	    json_is_true(json_object_get(rec, "for_pool"))));
+}
+
+/* FILE_SYSTEM=oss: a released record whose workspace is not uploaded yet
+ * (sandboxd stopped first, or the store failed); its release uploads it,
+ * in the background: adoption does not wait for the store. */
+static void
+upload_later(json_t *rec)
+{
+	const struct sandbox_type *type = sandbox_types_find(
+	    json_string_value(json_object_get(rec, "type")));
+	const char *name = json_string_value(json_object_get(rec, "name"));
+	struct sandbox *sb;
+
+	if (type == NULL || name == NULL) {
+		log_warn("adopt: the workspace of %s is left where it is: its "
+		    "type is no longer defined", name != NULL ? name : "?");
+		return;
+	}
+	sb = sandbox_new(type);
+	snprintf(sb->id, sizeof sb->id, "%s",
+	    json_string_value(json_object_get(rec, "id")));
+	free(sb->name);
+	sb->name = xstrdup(name);
+	sb->mount_dir = xstrdup(json_string_value(json_object_get(rec,
+	    "mount_dir")));
+	sb->owns_mount = json_is_true(json_object_get(rec, "owns_mount"));
+	sb->storage_path = xstrdup(json_string_value(json_object_get(rec,
+	    "storage_path")));
+	sb->state = SB_RELEASED;
+	sb->workspace_unsaved = 1;
+	sandbox_changed(sb);
+	lifecycle_release(sb, NULL, NULL);
+}
+
 /* What a release would have done with a saved record's workspace. */
 static void
 clean_leftovers(struct adoption *a, json_t *rec)
@@ -83,6 +129,10 @@ clean_leftovers(struct adoption *a, json_t *rec)
 	free(sock);
 	if (mount == NULL || !workspace_is_dir(mount))
 		return;
+	if (storage != NULL && oss_enabled() && handed_out(rec)) {
+		upload_later(rec);
+		return;
+	}
 	if (storage != NULL && sd.cfg.storage_folder != NULL) {
 		a->pending++;
 		workspace_keep(mount, storage, owns, leftover_done_cb, a);
@@ -116,6 +166,7 @@ restore(json_t *rec, const struct sandbox_type *type,
 	struct sandbox *sb = sandbox_new(type);
 	const char *s;
 	json_t *meta = json_object_get(rec, "meta");
+	struct error err;
 
 	snprintf(sb->id, sizeof sb->id, "%s",
 	    json_string_value(json_object_get(rec, "id")));
@@ -141,6 +192,11 @@ restore(json_t *rec, const struct sandbox_type *type,
 	}
 	if (json_is_object(meta))
 		json_object_update(sb->meta, meta);
+	if (json_object_get(rec, "network") != NULL && egress_network_check(
+	    json_object_get(rec, "network"), "network", &sb->network,
+	    &err) < 0)
+		log_warn("adopt: %s: its saved %s; the type's policy holds",
+		    sb->name, err.msg);
 	sb->for_pool = json_is_true(json_object_get(rec, "for_pool"));
 	if (json_is_number(json_object_get(rec, "created_at")))
 		sb->created_at = json_number_value(json_object_get(rec,
@@ -166,6 +222,19 @@ unadopted_cb(struct sandbox *sb, const struct error *err, void *arg)
 	adoption_step_done(arg);
 }
 
+/* Its rules outlived us in its namespace, its resolver did not: both
+ * are put in again; one that cannot be policed goes. */
+static void
+policed_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	if (err != NULL) {
+		log_warn("adopt: %s: removing it", err->msg);
+		lifecycle_release(sb, unadopted_cb, arg);
+		return;
+	}
+	adoption_step_done(arg);
+}
+
 static void
 probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
@@ -185,7 +254,7 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 	log_info("adopt: took back %s (%s, %s%s%s)", sb->name, sb->type_name,
 	    sandbox_state_name(sb->state), sb->session ? ", session " : "",
 	    sb->session ? sb->session : "");
-	adoption_step_done(a);
+	lifecycle_police(sb, policed_cb, a);
 }
 
 static void
@@ -226,6 +295,8 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 		metrics_count(M_ADOPTED, sb->type_name);
 		log_info("adopt: took back %s (%s, paused)", sb->name,
 		    sb->type_name);
+		a->pending++;
+		lifecycle_police(sb, policed_cb, a);
 		return;
 	}
 	if (c->state != BACKEND_RUNNING) {

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 #define C(field) (&cfg_target.field)
@@ -57,7 +59,27 @@ static const struct config_option options[] = {
 	    C(readonly_mounts), "MAP", "host:container,... or a JSON object, "
 	    "mounted read-only in every sandbox" },
 	{ "--storage-folder", "STORAGE_FOLDER", CONFIG_STRING,
-	    C(storage_folder), "DIR", "keep released workspaces here" },
+	    C(storage_folder), "DIR", "keep released workspaces here (with "
+	    "FILE_SYSTEM=oss: a key prefix in the bucket)" },
+	{ NULL, "FILE_SYSTEM", CONFIG_STRING, C(file_system), NULL,
+	    "where released workspaces are kept: local (STORAGE_FOLDER) or oss "
+	    "(an S3-compatible object store, the OSS_* keys; default local)" },
+	{ NULL, "OSS_ENDPOINT", CONFIG_STRING, C(oss_endpoint), NULL,
+	    "the object store: http[s]://host[:port]" },
+	{ NULL, "OSS_ACCESS_KEY_ID", CONFIG_STRING, C(oss_access_key_id), NULL,
+	    "its access key id" },
+	{ NULL, "OSS_ACCESS_KEY_SECRET", CONFIG_STRING,
+	    C(oss_access_key_secret), NULL, "its secret key (never logged)" },
+	{ NULL, "OSS_BUCKET_NAME", CONFIG_STRING, C(oss_bucket), NULL,
+	    "the bucket workspaces go to" },
+	{ "--oss-region", "OSS_REGION", CONFIG_STRING, C(oss_region), "REGION",
+	    "the region requests are signed for (default us-east-1)" },
+	{ "--oss-addressing-style", "OSS_ADDRESSING_STYLE", CONFIG_STRING,
+	    C(oss_addressing), "STYLE", "path (host/bucket/key), virtual "
+	    "(bucket.host/key) or auto: virtual for *.amazonaws.com and "
+	    "*.aliyuncs.com, else path (default auto)" },
+	{ "--oss-parallel", "OSS_PARALLEL", CONFIG_INT, C(oss_parallel), "N",
+	    "files of one workspace transferred at once (default 8)" },
 	{ "--port-range", "PORT_RANGE", CONFIG_STRING, C(port_range), "LO,HI",
 	    "host ports of bridge sandboxes (default 49152,59152)" },
 	{ "--redis-enabled", "REDIS_ENABLED", CONFIG_BOOL, C(redis_enabled),
@@ -160,6 +182,18 @@ static const struct config_option options[] = {
 	    C(shutdown_timeout), "SECONDS", "how long shutdown removes "
 	    "sandboxes before it exits leaving the rest for the next start "
 	    "(AUTO_CLEANUP; default 80: under systemd's 90 s stop timeout)" },
+	{ "--network", "SANDBOXD_NETWORK", CONFIG_STRING, C(network), "NAME",
+	    "the engine's network sandboxes of a bridge type join (default: "
+	    "Docker's bridge)" },
+	{ "--egress-dns", "SANDBOXD_EGRESS_DNS", CONFIG_STRING, C(egress_dns),
+	    "ADDRS", "name servers sandboxes' resolvers ask, ADDR[:PORT] comma "
+	    "separated (default: those of /etc/resolv.conf)" },
+	{ "--egress-allow", "SANDBOXD_EGRESS_ALLOW", CONFIG_STRING,
+	    C(egress_allow), "LIST", "CIDRs and names every sandbox with a "
+	    "network may reach, private ones too (default none)" },
+	{ "--egress-deny", "SANDBOXD_EGRESS_DENY", CONFIG_STRING,
+	    C(egress_deny), "LIST", "CIDRs no sandbox may reach, on top of the "
+	    "private and reserved ranges; names no resolver answers" },
 	{ "--log-level", "SANDBOXD_LOG_LEVEL", CONFIG_STRING, C(log_level),
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
@@ -177,14 +211,14 @@ static const struct config_option options[] = {
 	{ "--body-rate-window", "SANDBOXD_BODY_RATE_WINDOW", CONFIG_DOUBLE,
 	    C(body_rate_window), "SECONDS", "the window of --body-min-rate "
 	    "(default 30)" },
+	{ "--e2b-templates", "SANDBOXD_E2B_TEMPLATES", CONFIG_STRING,
+	    C(e2b_templates), "MAP", "E2B templates as sandbox types, "
+	    "template=type,... on top of base=base, "
+	    "code-interpreter-v1=code-interpreter, desktop=gui and every "
+	    "type's own name" },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
-/* Keys of the reference's .env files that mean nothing here. */
-static const char *const ignored_keys[] = {
-	"FILE_SYSTEM", "OSS_ENDPOINT", "OSS_ACCESS_KEY_ID",
-	"OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME",
-};
 
 static const char synopsis[] =
     "usage: sandboxd [--config FILE] [--host H] [--port P] [options]\n"
@@ -319,13 +353,6 @@ config_file(const char *path, int strict, struct error *err)
 		}
 		opt = option_by_env(key);
 		if (opt == NULL) {
-			int ignored = 0;
-
-			for (size_t i = 0; i < sizeof ignored_keys /
-			    sizeof ignored_keys[0]; i++)
-				ignored |= strcmp(key, ignored_keys[i]) == 0;
-			if (ignored)
-				continue;
 			if (strict) {
 				error_set(err, 400, "%s:%d: unknown key %s (see "
 				    "sandboxd --help)", path, lineno, key);
@@ -387,8 +414,8 @@ sandboxd_parse_port_range(const char *s, int *lo, int *hi)
 	return 0;
 }
 
-static void
-split_list(const char *s, struct config_list *out)
+void
+sandboxd_split_list(const char *s, struct config_list *out)
 {
 	char *copy = xstrdup(s), *save = NULL;
 
@@ -442,7 +469,7 @@ parse_ro_mounts(struct sandboxd_config *c, struct error *err)
 		}
 		json_decref(obj);
 	} else {
-		split_list(s, &parts);
+		sandboxd_split_list(s, &parts);
 		for (size_t i = 0; i < parts.n; i++) {
 			char *colon = strchr(parts.v[i], ':');
 
@@ -694,6 +721,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		    c->docker_host);
 		return -1;
 	}
+	if (egress_config_check(c, err) < 0)
+		return -1;
 	if (c->log_level != NULL) {
 		enum log_level level;
 
@@ -706,7 +735,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->default_type == NULL)
 		c->default_type = xstrdup("base");
 	config_list_free(&c->pool_types);
-	split_list(c->default_type, &c->pool_types);
+	sandboxd_split_list(c->default_type, &c->pool_types);
 	for (size_t i = 0; i < c->pool_types.n; i++) {
 		if (sandbox_types_find(c->pool_types.v[i]) == NULL) {
 			error_set(err, 400, "DEFAULT_SANDBOX_TYPE: unknown sandbox "
@@ -719,6 +748,24 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		return -1;
 	}
 
+	config_list_free(&c->e2b_aliases);
+	if (c->e2b_templates != NULL)
+		sandboxd_split_list(c->e2b_templates, &c->e2b_aliases);
+	for (size_t i = 0; i < c->e2b_aliases.n; i++) {
+		const char *a = c->e2b_aliases.v[i], *eq = strchr(a, '=');
+
+		if (eq == NULL || eq == a || eq[1] == '\0') {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: '%s' is not "
+			    "template=type", a);
+			return -1;
+		}
+		if (sandbox_types_find(eq + 1) == NULL) {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: unknown "
+			    "sandbox type '%s'", eq + 1);
+			return -1;
+		}
+	}
+
 	if (c->state_dir == NULL)
 		c->state_dir = default_state_dir();
 	if (canonical_dir(&c->state_dir, "SANDBOXD_STATE_DIR", 0700, err) < 0)
@@ -726,6 +773,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->mount_dir == NULL)
 		c->mount_dir = xasprintf("%s/workspaces", c->state_dir);
 	if (canonical_dir(&c->mount_dir, "DEFAULT_MOUNT_DIR", 0755, err) < 0)
+		return -1;
+	if (oss_config_validate(c, err) < 0)
 		return -1;
 	if (c->storage_folder != NULL && c->storage_folder[0] == '\0') {
 		free(c->storage_folder);
@@ -739,7 +788,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->allowed_mount_dirs != NULL) {
 		struct config_list dirs = { 0 };
 
-		split_list(c->allowed_mount_dirs, &dirs);
+		sandboxd_split_list(c->allowed_mount_dirs, &dirs);
 		for (size_t i = 0; i < dirs.n; i++) {
 			char *real = realpath(dirs.v[i], NULL);
 
@@ -847,15 +896,22 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->types_file, &c->docker_host, &c->allowed_mount_dirs,
 		&c->public_url, &c->log_level, &c->redis_prefix,
 		&c->redis_pool_key, &c->redis_port_key, &c->advertise_addr,
-		&c->redis_secret, &c->redis_secret_file,
+		&c->redis_secret, &c->redis_secret_file, &c->network,
+		&c->egress_dns, &c->egress_allow, &c->egress_deny,
+		&c->file_system, &c->oss_endpoint, &c->oss_access_key_id,
+		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
+		&c->oss_addressing, &c->e2b_templates,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+		if (strings[i] == &c->oss_access_key_secret && *strings[i] != NULL)
+			explicit_bzero(*strings[i], strlen(*strings[i]));
 		free(*strings[i]);
 		*strings[i] = NULL;
 	}
 	config_list_free(&c->pool_types);
 	config_list_free(&c->allowed_mounts);
+	config_list_free(&c->e2b_aliases);
 	for (size_t i = 0; i < c->nro_mounts; i++) {
 		free(c->ro_mounts[i].host);
 		free(c->ro_mounts[i].container);

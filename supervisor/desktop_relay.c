@@ -1,8 +1,9 @@
 /*
  * The desktop's WebSocket through sandboxd: a viewer's upgrade at
- * /desktop/{id} is made again to the sandbox's agent (its /websockify, the
- * query passed on, the sandbox's token in the header), over the agent's
- * unix socket; the agent's answer decides. Its 101 is passed on to the
+ * /desktop/{id} is made again to the sandbox's agent (its /websockify,
+ * with view_only=true unless the viewer may drive, the sandbox's token in
+ * the header), over the agent's unix socket; the agent's answer decides
+ * (and drops a view-only viewer's input). Its 101 is passed on to the
  * viewer (Sec-WebSocket-Accept is the agent's, for the same key), and from
  * then on bytes go both ways untouched: the agent speaks the WebSocket
  * protocol, checks every frame and closes on a bad one, and sandboxd is a
@@ -424,7 +425,7 @@ clean_header(struct http_request *req, const char *name)
 
 void
 desktop_relay_start(struct http_request *req, struct sandbox *sb,
-    const char *query)
+    enum desktop_access access)
 {
 	const char *key = clean_header(req, "Sec-WebSocket-Key");
 	const char *version = clean_header(req, "Sec-WebSocket-Version");
@@ -469,13 +470,15 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 	bufferevent_set_timeouts(r->agent, &tv, &tv);
 	out = bufferevent_get_output(r->agent);
 	/* Through another host's owner: its own desktop route, which
-	 * relays to the agent's /websockify as this one would. */
-	evbuffer_add_printf(out, "GET %s%s%s%s HTTP/1.1\r\n"
+	 * relays to the agent's /websockify as this one would. The viewer's
+	 * query (its token) stays here; the agent is told only whether to
+	 * drop the viewer's input. */
+	evbuffer_add_printf(out, "GET %s%s%s HTTP/1.1\r\n"
 	    "Host: agent\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
 	    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: %s\r\n",
 	    sb->via_owner ? "/desktop/" : "/websockify",
-	    sb->via_owner ? sb->name : "", query != NULL ? "?" : "",
-	    query != NULL ? query : "", key, version);
+	    sb->via_owner ? sb->name : "", access == DESKTOP_INTERACTIVE ? "" :
+	    "?view_only=true", key, version);
 	if (protocol != NULL)
 		evbuffer_add_printf(out, "Sec-WebSocket-Protocol: %s\r\n",
 		    protocol);

@@ -18,7 +18,9 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
+#include "oss.h"
 #include "spawn.h"
 #include "xmalloc.h"
 
@@ -43,6 +45,19 @@ static size_t shutdown_seen_done;
 static int shutdown_stall_said;
 /* Containers still there when we exit (AUTO_CLEANUP). */
 static size_t shutdown_left;
+
+/* Uploads shutdown gave up: their workspaces wait on this host (and in
+ * the state file) for the next start; not all was done, so exit 1. */
+static void
+abandoned(size_t n)
+{
+	if (n == 0)
+		return;
+	log_error("shutdown: %zu workspace transfers given up; the uploads "
+	    "among them resume at the next start with this state directory",
+	    n);
+	sd.exit_status = 1;
+}
 
 static void
 adopted_cb(void *arg)
@@ -164,7 +179,11 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		log_error("shutdown: %zu operations still running after %.0f s "
 		    "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway",
 		    lifecycle_busy(), sd.cfg.shutdown_timeout);
-		/* Their callbacks run now, while what they touch exists. */
+		/* Their callbacks run now, while what they touch exists;
+		 * workspaces not uploaded stay for the next start. */
+		abandoned(oss_abort("sandboxd is exiting "
+		    "(SANDBOXD_SHUTDOWN_TIMEOUT); the workspace stays on this "
+		    "host and the next start uploads it"));
 		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
 		    "exiting (SANDBOXD_SHUTDOWN_TIMEOUT)");
 		state_flush();
@@ -197,7 +216,11 @@ static void
 shutdown_released_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	(void)arg;
-	if (err != NULL) {
+	if (err != NULL && sb->state == SB_RELEASED) {
+		/* Its container went; its workspace did not reach the store. */
+		log_error("shutdown: %s", err->msg);
+		shutdown_removed++;
+	} else if (err != NULL) {
 		log_error("shutdown: cannot remove %s: %s", sb->name, err->msg);
 		shutdown_failed++;
 	} else {
@@ -215,6 +238,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	(void)arg;
 	if (sd.shutting_down) {
 		log_warn("signal %d again: exiting now", (int)sig);
+		abandoned(oss_abort("sandboxd is exiting (a second signal); "
+		    "the workspace stays on this host and the next start "
+		    "uploads it"));
 		/* What waits on Docker is given up (callbacks run now). */
 		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
 		    "exiting (a second signal)");
@@ -232,6 +258,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	pool_stop();
 	health_stop();
 	sessions_stop();
+	api_e2b_timeouts_stop();
 	shutdown_began = sandboxd_now();
 	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
@@ -259,7 +286,7 @@ merged_routes(size_t *n)
 {
 	const struct http_route *(*const tables[])(size_t *) = {
 		api_agentscope_routes, api_rest_routes, api_desktop_routes,
-		api_mcp_routes,
+		api_mcp_routes, api_e2b_routes, api_e2b_router_routes,
 	};
 	struct http_route *all = NULL;
 	size_t i, k;
@@ -345,12 +372,20 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 2;
 	}
+	if (oss_check(&err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 2;
+	}
 	sd.base = event_base_new();
 	if (sd.base == NULL)
 		fatal("cannot create the event loop");
 	sd.started = sandboxd_now();
 	spawn_init(sd.base);
 	if (state_init(sd.cfg.state_dir, &err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 1;
+	}
+	if (egress_init(sd.base, &sd.cfg, &err) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 1;
 	}
@@ -384,7 +419,9 @@ setup(int argc, char **argv)
 		shared_records_init();
 		shared_start();
 	}
+	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
+	api_e2b_timeouts_start();
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);
@@ -408,14 +445,20 @@ teardown(void)
 		event_free(shutdown_ev);
 	pool_stop();
 	health_stop();
+	api_e2b_timeouts_stop();
 	sessions_free();
 	desktop_relay_close_all();
+	for (struct sandbox *sb = sandbox_first(); sb != NULL;
+	    sb = sandbox_next(sb))
+		sb->egress = NULL;
+	egress_shutdown();
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);
 	sd.backend->ops->free(sd.backend);
 	ports_free(sd.ports);
 	metrics_free();
+	oss_free();
 	sandbox_types_free();
 	sandboxd_config_free(&sd.cfg);
 	event_base_free(sd.base);
@@ -431,6 +474,7 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	rc = setup(argc, argv);
 	if (rc >= 0) {
+		oss_free();
 		sandbox_types_free();
 		sandboxd_config_free(&sd.cfg);
 		return rc;

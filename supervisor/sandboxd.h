@@ -17,11 +17,15 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
+ * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
+ * (E2B's API: the control routes under /e2b, its list, sandbox traffic
+ * routed by header, E2B's fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
+ * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
  * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
- * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c
- * (several sandboxd on one Redis, REDIS_ENABLED).
+ * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
+ * shared_uploads.c (several sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -67,7 +71,12 @@ struct sandboxd_config {
 	char *deployment;		/* only "docker" for now */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
-	char *storage_folder;		/* NULL: workspaces are not kept */
+	char *storage_folder;		/* NULL: workspaces are not kept here */
+	char *file_system;		/* FILE_SYSTEM: local, or oss (oss.h) */
+	char *oss_endpoint;
+	char *oss_access_key_id;
+	char *oss_access_key_secret;
+	char *oss_bucket;		/* OSS_BUCKET_NAME */
 	char *port_range;
 	int redis_enabled;
 	char *redis_server;
@@ -109,17 +118,27 @@ struct sandboxd_config {
 	long shutdown_parallel;		/* the same while shutdown removes */
 	long remove_parallel;		/* of them, container stops/removes */
 	double shutdown_timeout;	/* then exit, leaving the rest */
+	char *network;			/* SANDBOXD_NETWORK: NULL, Docker's */
+	char *egress_dns;		/* upstream name servers; NULL: the
+					 * host's */
+	char *egress_allow;		/* lists every sandbox has */
+	char *egress_deny;
 	char *log_level;
 	int access_log;
 	long max_connections;		/* client connections; 0: the default */
 	double header_timeout;		/* seconds for a whole request head */
 	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
 	double body_rate_window;	/* seconds the rate is averaged over */
+	char *oss_region;		/* SigV4's region */
+	char *oss_addressing;		/* path, virtual or auto */
+	long oss_parallel;		/* files of a workspace at once */
+	char *e2b_templates;		/* E2B template=type,... */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;
 	struct config_list pool_types;
 	struct config_list allowed_mounts;	/* absolute, canonical */
+	struct config_list e2b_aliases;		/* "template=type" each */
 	struct ro_mount *ro_mounts;
 	size_t nro_mounts;
 };
@@ -132,6 +151,8 @@ int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
 int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
 void sandboxd_config_usage(FILE *f);
 void sandboxd_config_free(struct sandboxd_config *cfg);
+/* Append the non-empty, trimmed parts of a comma list to out. */
+void sandboxd_split_list(const char *s, struct config_list *out);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
@@ -146,6 +167,8 @@ struct sandbox_type {
 	int64_t nano_cpus;		/* 1e9 per CPU; 0: no limit */
 	int64_t pids;			/* 0: no limit */
 	char *network;			/* "none" or "bridge" */
+	json_t *egress;			/* bridge: its checked network object
+					 * (egress.h), or NULL */
 	struct config_list cap_add;	/* on top of CapDrop ALL */
 	/* "UID:GID" commands run as (AGENT_RUN_AS), which also grants the
 	 * agent the capabilities to switch to it and owns the workspace;
@@ -157,6 +180,7 @@ struct sandbox_type {
 	struct config_list entrypoint;	/* the image's own when empty */
 	struct config_list tool_names;	/* tools that make connect pick it */
 	double timeout;			/* seconds: the model's "timeout" */
+	int desktop;			/* its image serves a desktop */
 	int builtin;
 };
 
@@ -231,12 +255,21 @@ struct sandbox {
 	char *mount_dir;		/* host workspace */
 	int owns_mount;			/* we made mount_dir: we remove it */
 	char *storage_path;		/* where release keeps it; NULL: nowhere */
+	/* FILE_SYSTEM=oss: its upload failed, the workspace is still at
+	 * mount_dir; a release again (or the next start) uploads it. */
+	int workspace_unsaved;
 	char *sock_dir;			/* host side of /run/sandbox-agent */
 	char *agent_addr;		/* as the backend says; NULL until
 					 * created */
 	char *session;			/* session_ctx_id or NULL */
 	json_t *meta;			/* object */
 	json_t *environment;		/* object given at create, or NULL */
+	json_t *network;		/* its own egress lists (checked), or
+					 * NULL: the type's */
+	struct egress *egress;		/* its policy enforced; NULL: none
+					 * (no network, or not yet) */
+	json_t *egress_view;		/* the policy its model shows, set
+					 * with egress; NULL: none */
 	double timeout;
 
 	enum sandbox_state state;
@@ -249,6 +282,10 @@ struct sandbox {
 	 * monotonic clock (0: none yet). */
 	uint64_t cpu_ns;
 	double cpu_at;
+	/* When E2B's timeout ends it, on the monotonic clock; 0: none known
+	 * here (api_e2b_sandbox.c derives it from the wall-clock end its
+	 * record keeps, in meta.e2b, after a restart or a take elsewhere). */
+	double ends_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
 	 * instance owns it (a mirror record), NULL when we do; the fields
@@ -278,6 +315,8 @@ const char *sandbox_state_name(enum sandbox_state state);
 int sandbox_check_callable(const struct sandbox *sb, struct error *err);
 /* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
 int sandbox_state_live(enum sandbox_state state);
+/* Whether sb's type gives it a network (and so an egress policy). */
+int sandbox_has_network(const struct sandbox *sb);
 /* A new record (CREATING), listed. Holds the list's reference. */
 struct sandbox *sandbox_new(const struct sandbox_type *type);
 void sandbox_ref(struct sandbox *sb);
@@ -313,6 +352,9 @@ const char *sandbox_model_text(struct sandbox *sb, size_t *len);
 void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
+/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else our own
+ * address and port, without a trailing slash. Caller frees. */
+char *sandboxd_base_url(void);
 void sandbox_free_all(void);
 
 /* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
@@ -343,18 +385,32 @@ struct create_request {
 	const char *storage_path;	/* NULL: <id> under STORAGE_FOLDER */
 	json_t *environment;		/* borrowed; object or NULL */
 	json_t *meta;			/* borrowed; object or NULL */
+	json_t *network;		/* borrowed; egress lists or NULL */
 	const char *session;		/* borrowed */
 	int for_pool;
 };
+
+/* lifecycle_network.c: a sandbox's egress policy (egress.h). */
+/* Police sb's network namespace with its policy (the type's, its own
+ * lists): done(sb, NULL) once the rules are in, or done(sb, err). A
+ * sandbox without a network: done at once (after the return). */
+void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Replace sb's own lists (a checked network object, taken) live: done once
+ * they hold. 409 when it is not running or a change is under way. */
+void lifecycle_set_network(struct sandbox *sb, json_t *network,
+    sandbox_done_cb done, void *arg);
 
 /* Start creating. Input and capacity errors come back at once (NULL, err:
  * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
  * WARM) or after everything made so far is removed again (err). */
 struct sandbox *lifecycle_create(const struct create_request *creq,
     sandbox_done_cb done, void *arg, struct error *err);
-/* Remove the container, keep or delete the workspace, free the port:
- * done(sb, NULL) with sb RELEASED. Already released: done on the loop's
- * next turn. As every callback here, done never runs before the return. */
+/* Remove the container, keep (STORAGE_FOLDER, FILE_SYSTEM=oss) or delete
+ * the workspace, free the port: done(sb, NULL) with sb RELEASED, or
+ * done(sb, err) RELEASED when its workspace could not be uploaded (kept
+ * here; a release again uploads it). Already released: done on the
+ * loop's next turn. As every callback here, done never runs before the
+ * return. */
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
@@ -523,6 +579,16 @@ void agent_relay(struct http_request *req, struct sandbox *sb,
 /* Forward req (method, query, headers, body) to path on sb's agent. */
 void proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target);
+/* What a forward changes in the headers beyond the hop-by-hop ones and
+ * Authorization (always dropped, the agent's token put in): more names
+ * to drop, and "Name: value" lines to add. Both NULL-terminated, may be
+ * NULL, borrowed for the call. */
+struct proxy_headers {
+	const char *const *drop;
+	const char *const *add;
+};
+void proxy_forward_with(struct http_request *req, struct sandbox *sb,
+    const char *target, const struct proxy_headers *h);
 void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
@@ -550,12 +616,34 @@ const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
 const struct http_route *api_mcp_routes(size_t *n);
+const struct http_route *api_e2b_routes(size_t *n);
+const struct http_route *api_e2b_router_routes(size_t *n);
+/* api_e2b_sandbox.c: E2B's timeouts run from start to shutdown. */
+void api_e2b_timeouts_start(void);
+void api_e2b_timeouts_stop(void);
+
+/* desktop_token.c: the tokens of desktop links, derived from the
+ * sandbox's token; the access one grants. */
+enum desktop_access {
+	DESKTOP_DENIED,
+	DESKTOP_VIEW,		/* watch: the viewer's input is dropped */
+	DESKTOP_INTERACTIVE,	/* watch and drive */
+};
+void desktop_token(const struct sandbox *sb, enum desktop_access access,
+    char out[TOKEN_HEX_LEN]);
+/* What presented (may be NULL) opens of sb's desktop, in constant time. */
+enum desktop_access desktop_token_check(const struct sandbox *sb,
+    const char *presented);
+/* The link that opens sb's desktop with access, on our base URL. Caller
+ * frees. */
+char *desktop_url(const struct sandbox *sb, enum desktop_access access);
 
 /* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
-/* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as
- * sent, may be NULL); answers req whatever comes. */
+/* Upgrade req to a WebSocket relayed to sb's /websockify, with input
+ * dropped unless access is DESKTOP_INTERACTIVE; answers req whatever
+ * comes. */
 void desktop_relay_start(struct http_request *req, struct sandbox *sb,
-    const char *query);
+    enum desktop_access access);
 /* Close the viewers of sb (its release), of every sandbox (shutdown). */
 void desktop_relay_close_sandbox(struct sandbox *sb);
 void desktop_relay_close_all(void);
@@ -670,6 +758,14 @@ char *shared_ports_key(void);
 char *shared_api_addr(void);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
+/* shared_uploads.c (FILE_SYSTEM=oss): mark sb's storage_path as on its
+ * way to the store (a release asked of its owner), clear the mark (the
+ * owner's release is over), and ask whether it is there: done(arg,
+ * pending) later, or -1 (done never runs) while Redis is down. */
+void shared_upload_mark(const struct sandbox *sb);
+void shared_upload_clear(const char *storage_path);
+int shared_upload_pending(const char *storage_path,
+    void (*done)(void *arg, int pending), void *arg);
 
 /* main.c: the process-wide state. */
 struct sandboxd {

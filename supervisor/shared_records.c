@@ -38,6 +38,7 @@
 #include <hiredis/async.h>
 
 #include "log.h"
+#include "oss.h"
 #include "shared_internal.h"
 #include "xmalloc.h"
 
@@ -724,7 +725,10 @@ shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 		free(key);
 		return;
 	}
-	/* Gone for clients at once; the owner removes the container. */
+	/* Gone for clients at once; the owner removes the container (and
+	 * uploads the workspace: until it has, creates wait for it). */
+	if (oss_enabled() && sb->storage_path != NULL)
+		shared_upload_mark(sb);
 	sb->state = SB_RELEASING;
 	sandbox_changed(sb);
 	release = shared_release_sign(key, sb->owner, state_instance());

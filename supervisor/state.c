@@ -136,6 +136,8 @@ record(const struct sandbox *sb)
 	if (sb->session != NULL)
 		json_object_set_new(r, "session", json_string(sb->session));
 	json_object_set_new(r, "meta", json_incref(sb->meta));
+	if (sb->network != NULL)
+		json_object_set_new(r, "network", json_incref(sb->network));
 	json_object_set_new(r, "state",
 	    json_string(sandbox_state_name(sb->state)));
 	json_object_set_new(r, "for_pool", json_boolean(sb->for_pool));
@@ -156,8 +158,9 @@ state_flush(void)
 	if (write_ev != NULL)
 		event_del(write_ev);
 	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
-		/* A container may exist from the moment we ask for it. */
-		if (sb->state != SB_RELEASED)
+		/* A container may exist from the moment we ask for it; a
+		 * workspace not uploaded yet is the next start's to upload. */
+		if (sb->state != SB_RELEASED || sb->workspace_unsaved)
 			json_array_append_new(list, record(sb));
 	}
 	root = json_pack("{s:i,s:s,s:o,s:o}", "version", 1, "instance",

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
@@ -23,7 +24,7 @@ from conftest import SANDBOXD_BIN, free_port, relay
 from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
-from test_agent_desktop_web import full_update, rfb_handshake
+from test_agent_desktop_web import full_update, rfb_handshake, try_to_drive
 
 # Installed by make deps (tools/install-deps); missing, the tests fail.
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -763,11 +764,30 @@ def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis,
     # B learns of it from the announcement, a moment after the create
     # answers (a known gap: B does not yet look a name up in Redis).
     wait_until(lambda: known(b, name), 10, what="B knows A's sandbox")
-    token = b.rpc("get_info", identity=name)["runtime_token"]
+    # B's link is A's: both derive it from the sandbox's token.
+    info = b.rpc("get_info", identity=name)
+    assert info["desktop_url"] == a.rpc("get_info", identity=name)[
+        "desktop_url"].replace(a.url, b.url)
+    token = parse_qs(urlparse(info["desktop_url"]).query)["password"][0]
+    view_token = parse_qs(urlparse(info["desktop_view_url"]).query)[
+        "password"][0]
     page = requests.get(f"{b.url}/desktop/{name}/vnc/vnc_relay.html"
                         f"?password={token}", timeout=60)
     assert page.status_code == 200, page.text
     assert page.headers["content-type"].startswith("text/html")
+    # The view-only link through B only watches, on A's desktop too.
+    b.rpc("call_tool", identity=name, tool_name="computer",
+          arguments={"action": "mouse_move", "coordinate": [600, 400]})
+    ws = ws_client.connect(f"/desktop/{name}?password={view_token}",
+                           port=b.port, timeout=30)
+    try:
+        assert rfb_handshake(ws) == (1280, 800, "sandbox")
+        try_to_drive(ws)
+    finally:
+        ws.close()
+    assert b.rpc("call_tool", identity=name, tool_name="computer",
+                 arguments={"action": "get_cursor_position"})[
+        "structuredContent"] == {"x": 600, "y": 400}
     ws = ws_client.connect(f"/desktop/{name}?password={token}", port=b.port,
                            timeout=30)
     try:
