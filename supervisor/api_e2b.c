@@ -520,7 +520,7 @@ sampled_cb(struct sandbox *sb, const struct sandbox_stats *st,
     const struct error *err, void *arg)
 {
 	struct e2b_metrics *m = arg;
-	double now = sandboxd_now();
+	double now = timing_wall();
 	json_t *list = json_array();
 	char ts[32];
 

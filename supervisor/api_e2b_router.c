@@ -104,7 +104,7 @@ signature_is(struct http_request *req, const struct sandbox *sb)
 		char *end;
 		double at = strtod(exp, &end);
 
-		if (end == exp || *end != '\0' || at < sandboxd_now())
+		if (end == exp || *end != '\0' || at < timing_wall())
 			return 0;
 	}
 	api_e2b_token(sb, E2B_TOKEN_ENVD, token);

@@ -109,7 +109,7 @@ api_e2b_new_fields(const char *tmpl, json_t *metadata, double timeout,
     int pause_on_timeout, int secure)
 {
 	json_t *e = json_object();
-	double now = sandboxd_now();
+	double now = timing_wall();
 
 	json_object_set_new(e, "template", json_string(tmpl));
 	json_object_set_new(e, "metadata", metadata != NULL ?
@@ -168,10 +168,10 @@ time_left(const struct sandbox *sb)
 	json_t *end = json_object_get(api_e2b_fields(sb), "end_at");
 
 	if (sb->ends_at > 0)
-		return sb->ends_at - sandboxd_monotonic();
+		return sb->ends_at - timing_monotonic();
 	if (!json_is_number(end))
 		return -1;
-	return json_number_value(end) - sandboxd_now();
+	return json_number_value(end) - timing_wall();
 }
 
 void
@@ -181,8 +181,8 @@ api_e2b_set_end(struct sandbox *sb, double seconds, int extend)
 
 	if (e == NULL || (extend && time_left(sb) >= seconds))
 		return;
-	sb->ends_at = sandboxd_monotonic() + seconds;
-	json_object_set_new(e, "end_at", json_real(sandboxd_now() + seconds));
+	sb->ends_at = timing_monotonic() + seconds;
+	json_object_set_new(e, "end_at", json_real(timing_wall() + seconds));
 	json_object_set_new(e, "timeout", json_real(seconds));
 	fields_changed(sb);
 }
@@ -366,7 +366,7 @@ ended_cb(struct sandbox *sb, const struct error *err, void *arg)
 		log_warn("sandbox %s: its E2B timeout ended, but it could not "
 		    "be %s: %s", sb->name, paused ? "paused" : "released",
 		    err->msg);
-		sb->ends_at = sandboxd_monotonic() + RETRY_S;
+		sb->ends_at = timing_monotonic() + RETRY_S;
 	} else if (paused) {
 		api_e2b_stop_clock(sb);
 	}
@@ -393,7 +393,7 @@ end(struct sandbox *sb, json_t *e)
 static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	double mono = sandboxd_monotonic(), now = sandboxd_now();
+	double mono = timing_monotonic(), now = timing_wall();
 	struct sandbox *sb, *next;
 
 	(void)fd;

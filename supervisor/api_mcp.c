@@ -520,7 +520,7 @@ static int
 make_room(void)
 {
 	struct mcp_session *s, *next, *lru = NULL;
-	double now = sandboxd_now();
+	double now = timing_monotonic();
 	size_t n = 0;
 
 	for (s = sessions; s != NULL; s = s->next) {
@@ -581,7 +581,7 @@ do_initialize(struct http_request *req, json_t *id, json_t *params)
 	token_random_hex_n(sbs, 8);
 	s->sb_session = xasprintf("mcp-%s", sbs);
 	s->type_name = xstrdup(type);
-	s->last_used = sandboxd_now();
+	s->last_used = timing_monotonic();
 	s->next = sessions;
 	sessions = s;
 	nsessions++;
@@ -620,7 +620,7 @@ request_session(struct http_request *req, json_t *id)
 		    "Session not found: unknown or ended " SESSION_HEADER);
 		return NULL;
 	}
-	s->last_used = sandboxd_now();
+	s->last_used = timing_monotonic();
 	return s;
 }
 

@@ -330,7 +330,7 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 	if (round_running || !sd.ready || sd.shutting_down)
 		return;
 	round_running = 1;
-	round_listed_at = sandboxd_now();
+	round_listed_at = timing_wall();
 	round_full = round_count++ % FULL_LIST_EVERY == 0;
 	sd.backend->ops->list_ours(sd.backend, state_instance(), !round_full,
 	    listed_cb, NULL);
@@ -341,9 +341,7 @@ health_init(void)
 {
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)sd.cfg.health_interval;
-	tv.tv_usec = (suseconds_t)((sd.cfg.health_interval -
-	    (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(sd.cfg.health_interval);
 	round_ev = event_new(sd.base, -1, EV_PERSIST, round_cb, NULL);
 	event_add(round_ev, &tv);
 }

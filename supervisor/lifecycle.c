@@ -50,7 +50,7 @@ lifecycle_op_new(struct sandbox *sb, enum lifecycle_op_kind kind,
 	op->sb = sb;
 	op->done = done;
 	op->arg = arg;
-	op->started = sandboxd_now();
+	op->started = timing_monotonic();
 	op->delay = 0.005;
 	op->prev_state = sb->state;
 	sandbox_ref(sb);
@@ -509,7 +509,7 @@ static double
 cpu_used_pct(struct sandbox *sb, const struct backend_stats *bs,
     double cpus)
 {
-	double now = sandboxd_monotonic(), pct = 0;
+	double now = timing_monotonic(), pct = 0;
 
 	if (sb->cpu_at > 0 && now > sb->cpu_at && bs->cpu_ns >= sb->cpu_ns)
 		pct = 100.0 * (double)(bs->cpu_ns - sb->cpu_ns) /

@@ -50,7 +50,7 @@ static void
 create_succeeded(struct lifecycle_op *op)
 {
 	struct sandbox *sb = op->sb;
-	double took = sandboxd_now() - op->started;
+	double took = timing_monotonic() - op->started;
 
 	sandbox_set_state(sb, sb->for_pool ? SB_WARM : SB_RUNNING);
 	/* A session's clock starts when its sandbox is ready to use. */
@@ -82,7 +82,7 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 		 * resume (lifecycle_stats). */
 		if (op->kind != OP_RESUME) {
 			sb->cpu_ns = 0;
-			sb->cpu_at = sandboxd_monotonic();
+			sb->cpu_at = timing_monotonic();
 		}
 		if (op->kind == OP_CREATE) {
 			create_succeeded(op);
@@ -146,7 +146,7 @@ status_cb(enum backend_state state, int exit_code, const struct error *err,
 	op->status_checking = 0;
 	/* The limit is the agent's, from its container's start: time the
 	 * status answer took (Docker busy with other calls) is not. */
-	op->deadline += sandboxd_now() - op->status_sent;
+	op->deadline += timing_monotonic() - op->status_sent;
 	if (err == NULL && state != BACKEND_RUNNING && state != BACKEND_CREATED) {
 		error_set(&op->err, 502, "sandbox %s: the container is %s (exit "
 		    "code %d) before its agent answered", sb->name,
@@ -163,7 +163,7 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lifecycle_op *op = arg;
 	struct sandbox *sb = op->sb;
-	double now = sandboxd_now();
+	double now = timing_monotonic();
 
 	(void)fd;
 	(void)what;
@@ -203,8 +203,7 @@ probe_next(struct lifecycle_op *op)
 {
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)op->delay;
-	tv.tv_usec = (suseconds_t)((op->delay - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(op->delay);
 	if (op->timer == NULL)
 		op->timer = evtimer_new(sd.base, probe_timer_cb, op);
 	evtimer_add(op->timer, &tv);
@@ -235,8 +234,8 @@ lifecycle_police_then_wait(struct lifecycle_op *op)
 void
 lifecycle_wait_healthy(struct lifecycle_op *op)
 {
-	op->deadline = sandboxd_now() + sd.cfg.create_timeout;
-	op->next_status_check = sandboxd_now() + STATUS_CHECK_INTERVAL;
+	op->deadline = timing_monotonic() + sd.cfg.create_timeout;
+	op->next_status_check = timing_monotonic() + STATUS_CHECK_INTERVAL;
 	op->delay = 0.005;
 	health_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
 }
@@ -305,7 +304,7 @@ create_sent_cb(void *arg)
 	struct lifecycle_op *op = arg;
 
 	metrics_create_queue_seconds(op->sb->type_name,
-	    sandboxd_now() - op->queued);
+	    timing_monotonic() - op->queued);
 }
 
 static void
@@ -398,7 +397,7 @@ start_container(struct lifecycle_op *op)
 	/* Other hosts' instances reach it there (REDIS_ENABLED). */
 	spec.host_ip = sd.cfg.redis_enabled ? sd.cfg.advertise_addr : NULL;
 	spec.sent = create_sent_cb;
-	op->queued = sandboxd_now();
+	op->queued = timing_monotonic();
 	sd.backend->ops->create(sd.backend, &spec, created_cb, op);
 	free(cmd);
 	free(env);

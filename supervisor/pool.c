@@ -73,12 +73,11 @@ static void
 schedule(double delay)
 {
 	struct timeval tv;
-	double due = sandboxd_now() + delay;
+	double due = timing_monotonic() + delay;
 
 	if (refill_ev == NULL)
 		return;
-	tv.tv_sec = (time_t)delay;
-	tv.tv_usec = (suseconds_t)((delay - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(delay);
 	/* An earlier run wins over a later one (of another pool, say). */
 	if (evtimer_pending(refill_ev, NULL) && refill_due <= due)
 		return;
@@ -99,7 +98,7 @@ created_cb(struct sandbox *sb, const struct error *err, void *arg)
 		p->backoff = p->backoff > 0 ? p->backoff * 2 : BACKOFF_FIRST;
 		if (p->backoff > BACKOFF_MAX)
 			p->backoff = BACKOFF_MAX;
-		p->retry_at = sandboxd_now() + p->backoff;
+		p->retry_at = timing_monotonic() + p->backoff;
 		log_warn("pool %s: create failed, retrying in %.0f s: %s",
 		    p->type->name, p->backoff, err->msg);
 		schedule(p->backoff);
@@ -124,8 +123,8 @@ fill(struct pool *p)
 		return;
 	/* The timer runs from the loop's clock, read before this one: it
 	 * may fire a little before retry_at, and must then come again. */
-	if (sandboxd_now() < p->retry_at) {
-		schedule(p->retry_at - sandboxd_now());
+	if (timing_monotonic() < p->retry_at) {
+		schedule(p->retry_at - timing_monotonic());
 		return;
 	}
 	creq.type = p->type;
@@ -138,7 +137,7 @@ fill(struct pool *p)
 			return;
 		if (lifecycle_create(&creq, created_cb, NULL, &err) == NULL) {
 			log_warn("pool %s: %s", name, err.msg);
-			p->retry_at = sandboxd_now() + BACKOFF_FIRST;
+			p->retry_at = timing_monotonic() + BACKOFF_FIRST;
 			schedule(BACKOFF_FIRST);
 			return;
 		}

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <time.h>
 
 #include "log.h"
 #include "token.h"
@@ -43,24 +41,6 @@ sandbox_state_live(enum sandbox_state state)
 	return state != SB_RELEASED;
 }
 
-double
-sandboxd_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
-
-double
-sandboxd_monotonic(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 struct sandbox *
 sandbox_new(const struct sandbox_type *type)
 {
@@ -81,7 +61,7 @@ sandbox_new(const struct sandbox_type *type)
 	sb->timeout = type->timeout;
 	sb->meta = json_object();
 	sb->state = SB_CREATING;
-	sb->created_at = sb->updated_at = sandboxd_now();
+	sb->created_at = sb->updated_at = timing_wall();
 	sb->refs = 1;
 	sb->listed = 1;
 	TAILQ_INSERT_TAIL(&sandboxes, sb, entry);
@@ -233,7 +213,7 @@ void
 sandbox_set_state(struct sandbox *sb, enum sandbox_state state)
 {
 	sb->state = state;
-	sb->updated_at = sandboxd_now();
+	sb->updated_at = timing_wall();
 	sandbox_changed(sb);
 	state_dirty();
 }

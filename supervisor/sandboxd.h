@@ -41,6 +41,7 @@
 #include "config.h"
 #include "error.h"
 #include "http.h"
+#include "timing.h"
 #include "token.h"
 
 struct event;
@@ -288,8 +289,9 @@ struct sandbox {
 	double ends_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
-	 * instance owns it (a mirror record), NULL when we do; the fields
-	 * Redis has, as last written or read. */
+	 * instance owns it (a mirror record, shared_mirror.c), NULL when we
+	 * do: the test of whether a sandbox is another's; the fields Redis
+	 * has, as last written or read. */
 	char *owner;
 	json_t *shared;
 	/* A mirror record whose agent is on another host behind a unix
@@ -777,15 +779,9 @@ struct sandboxd {
 	int ready;			/* adoption done: pools may fill */
 	int shutting_down;
 	int exit_status;		/* main's: 1 when shutdown left some */
-	double started;
 };
 
 extern struct sandboxd sd;
-
-/* Seconds since the epoch, with fractions. */
-double sandboxd_now(void);
-/* Seconds on the monotonic clock, for durations. */
-double sandboxd_monotonic(void);
 
 /* defer.c: cb(-1, EV_TIMEOUT, arg) from the loop on its next turn, how a
  * completion callback whose answer is ready at once still runs after

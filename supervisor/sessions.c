@@ -58,7 +58,7 @@ get(const char *id)
 	if (s == NULL) {
 		s = xcalloc(1, sizeof *s);
 		s->id = xstrdup(id);
-		s->last = sandboxd_now();
+		s->last = timing_wall();
 		LIST_INSERT_HEAD(&sessions, s, entry);
 		state_dirty();
 	}
@@ -81,7 +81,7 @@ sessions_touch(const char *id)
 	if (id == NULL)
 		return;
 	s = get(id);
-	s->last = sandboxd_now();
+	s->last = timing_wall();
 	if (shared_enabled() && s->last - s->shared >= SHARED_GRANULARITY) {
 		s->shared = s->last;
 		shared_touch_session(id, s->last);
@@ -259,7 +259,7 @@ reaped_cb(struct sandbox *sb, const struct error *err, void *arg)
 static void
 reap_cb(evutil_socket_t fd, short what, void *arg)
 {
-	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
+	double now = timing_wall(), timeout = sd.cfg.heartbeat_timeout;
 	struct live_sessions live;
 	struct session *s, *next;
 
@@ -325,8 +325,7 @@ sessions_init(void)
 	double t = sessions_reap_interval();
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(t);
 	reap_ev = event_new(sd.base, -1, EV_PERSIST, reap_cb, NULL);
 	event_add(reap_ev, &tv);
 }

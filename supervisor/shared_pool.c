@@ -112,7 +112,7 @@ take_remote(struct take *t, const char *name, redisReply *record,
 		json_object_set_new(meta, "session_ctx_id",
 		    json_string(t->session));
 	text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
-	snprintf(now, sizeof now, "%.6f", sandboxd_now());
+	snprintf(now, sizeof now, "%.6f", timing_wall());
 	take = shared_take_sign(key, owner, state_instance(), t->session !=
 	    NULL ? t->session : "", text, now);
 	json_object_set_new(f, "take", json_string(take));

@@ -99,7 +99,7 @@ shared_activity_heard(const char *msg)
 void
 shared_activity_listening(void)
 {
-	listening_since = sandboxd_now();
+	listening_since = timing_wall();
 }
 
 void
@@ -131,7 +131,7 @@ static void
 heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	redisReply *r = reply;
-	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
+	double now = timing_wall(), timeout = sd.cfg.heartbeat_timeout;
 	json_t *f;
 	const char *session;
 	json_t *v;
@@ -209,7 +209,7 @@ lock_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 static void
 forget_expired(void)
 {
-	double now = sandboxd_now();
+	double now = timing_wall();
 	const char *session;
 	json_t *v;
 	void *tmp;
