@@ -377,7 +377,7 @@ killed_cb(struct sandbox *sb, const struct error *err, void *arg)
 static int
 owner_only(struct http_request *req, struct sandbox *sb, const char *what)
 {
-	if (!shared_is_remote(sb))
+	if (sb->owner == NULL)
 		return 0;
 	api_e2b_reply_error(req, 421, "sandbox %s belongs to sandboxd instance "
 	    "%s: %s it through that instance", sb->name, sb->owner, what);

@@ -263,7 +263,8 @@ signed_by(struct http_request *req)
 {
 	struct sandbox *sb;
 
-	for (sb = api_e2b_first(); sb != NULL; sb = api_e2b_next(sb)) {
+	for (sb = sandbox_resolve_first(); sb != NULL;
+	    sb = sandbox_resolve_next(sb)) {
 		if (api_e2b_fields(sb) != NULL && api_e2b_secure(sb) &&
 		    sb->state != SB_RELEASED && sb->state != SB_RELEASING &&
 		    signature_is(req, sb))

@@ -58,31 +58,12 @@ api_e2b_find(const char *id)
 
 	if (id == NULL || strlen(id) > E2B_ID_MAX)
 		return NULL;
-	sb = sandbox_find(id);
+	sb = sandbox_resolve(id);
 	if (sb == NULL || api_e2b_fields(sb) == NULL ||
 	    sb->state == SB_CREATING || sb->state == SB_RELEASING ||
 	    sb->state == SB_RELEASED)
 		return NULL;
 	return sb;
-}
-
-struct sandbox *
-api_e2b_first(void)
-{
-	struct sandbox *sb = sandbox_first();
-
-	return sb != NULL || !shared_enabled() ? sb : shared_first();
-}
-
-struct sandbox *
-api_e2b_next(struct sandbox *sb)
-{
-	struct sandbox *next = sandbox_next(sb);
-
-	/* The end of ours: the other instances' records follow. */
-	if (next == NULL && !shared_is_remote(sb) && shared_enabled())
-		next = shared_first();
-	return next;
 }
 
 const struct sandbox_type *

@@ -291,7 +291,7 @@ begin_release(struct sandbox *sb)
 void
 lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	if (shared_is_remote(sb) && sb->state != SB_RELEASED &&
+	if (sb->owner != NULL && sb->state != SB_RELEASED &&
 	    sb->state != SB_RELEASING) {
 		shared_release_remote(sb, done, arg);
 		return;
@@ -305,7 +305,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	/* Released, its workspace not uploaded: this release uploads it
 	 * (or waits for the upload under way). */
 	if (sb->state == SB_RELEASED && sb->workspace_unsaved &&
-	    oss_enabled() && !shared_is_remote(sb)) {
+	    oss_enabled() && sb->owner == NULL) {
 		add_waiter(sb, done, arg);
 		if (sb->op == NULL) {
 			struct lifecycle_op *op = lifecycle_op_new(sb,
@@ -318,7 +318,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 		}
 		return;
 	}
-	if (sb->state == SB_RELEASED || (shared_is_remote(sb) &&
+	if (sb->state == SB_RELEASED || (sb->owner != NULL &&
 	    sb->state == SB_RELEASING)) {
 		if (done != NULL)
 			answer_later(sb, done, arg, NULL);
@@ -342,7 +342,7 @@ static int
 busy_error(struct sandbox *sb, const char *verb, sandbox_done_cb done,
     void *arg)
 {
-	if (shared_is_remote(sb))
+	if (sb->owner != NULL)
 		/* Only the owner talks to its backend. */
 		refuse(sb, done, arg, "sandbox %s belongs to sandboxd instance "
 		    "%s; %s it there", sb->name, sb->owner, verb);
@@ -556,7 +556,7 @@ lifecycle_stats(struct sandbox *sb, sandbox_stats_cb done, void *arg)
 	c->done = done;
 	c->arg = arg;
 	sandbox_ref(sb);
-	if (shared_is_remote(sb)) {
+	if (sb->owner != NULL) {
 		error_set(&c->err, 409, "sandbox %s belongs to sandboxd instance "
 		    "%s; ask it there", sb->name, sb->owner);
 	} else if (sb->container_id == NULL || sb->state == SB_CREATING ||

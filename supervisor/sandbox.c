@@ -123,16 +123,6 @@ sandbox_forget(struct sandbox *sb)
 	sandbox_unref(sb);
 }
 
-struct sandbox *
-sandbox_find(const char *identity)
-{
-	struct sandbox *sb = sandbox_find_local(identity);
-
-	if (sb == NULL && identity != NULL && shared_enabled())
-		sb = shared_find(identity);
-	return sb;
-}
-
 void
 sandbox_set_id_match(int (*match)(const char *id, const char *identity))
 {
@@ -140,7 +130,7 @@ sandbox_set_id_match(int (*match)(const char *id, const char *identity))
 }
 
 struct sandbox *
-sandbox_find_local(const char *identity)
+sandbox_find(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
 
@@ -306,7 +296,7 @@ sandbox_url(const struct sandbox *sb)
 	char *base, *url;
 
 	/* Another instance's: where its owner published it. */
-	if (sb->port > 0 && shared_is_remote(sb) && !sb->via_owner &&
+	if (sb->port > 0 && sb->owner != NULL && !sb->via_owner &&
 	    strncmp(sb->agent_addr, "unix:", 5) != 0)
 		return xasprintf("http://%s", sb->agent_addr);
 	if (sb->port > 0 && sd.cfg.redis_enabled && sd.cfg.advertise_addr != NULL)

@@ -56,18 +56,6 @@ parse_state(const char *s, enum sandbox_state *out, struct error *err)
 	return -1;
 }
 
-/* Ours, then (REDIS_ENABLED) the other instances'. */
-static struct sandbox *
-next_listed(struct sandbox *sb)
-{
-	struct sandbox *n = sb == NULL ? sandbox_first() : sandbox_next(sb);
-
-	if (n == NULL && (sb == NULL || !shared_is_remote(sb)) &&
-	    shared_enabled())
-		n = shared_first();
-	return n;
-}
-
 struct evbuffer *
 sandbox_list_encode(const struct sandbox_query *q, struct error *err)
 {
@@ -98,7 +86,8 @@ sandbox_list_encode(const struct sandbox_query *q, struct error *err)
 
 	out = evbuffer_new();
 	evbuffer_add(out, "{\"sandboxes\":[", 14);
-	for (sb = next_listed(NULL); sb != NULL; sb = next_listed(sb)) {
+	for (sb = sandbox_resolve_first(); sb != NULL;
+	    sb = sandbox_resolve_next(sb)) {
 		if (sb->state == SB_RELEASED && !with_released && q->state == NULL)
 			continue;
 		if (type != NULL && strcmp(sb->type_name, type->name) != 0)

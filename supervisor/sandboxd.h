@@ -325,14 +325,12 @@ void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
 /* Drop from the list (the record is freed once unreferenced). */
 void sandbox_forget(struct sandbox *sb);
-/* By container name, container id or a unique short form of it (what
- * the hook below takes); with REDIS_ENABLED also another instance's. */
+/* Ours by container name, container id or a unique short form of it
+ * (what the hook below takes); another instance's: sandbox_resolve. */
 struct sandbox *sandbox_find(const char *identity);
 /* Whether identity is a short form of a container id (the backend's
  * id_abbreviates); NULL: none is. */
 void sandbox_set_id_match(int (*match)(const char *id, const char *identity));
-/* Only ours. */
-struct sandbox *sandbox_find_local(const char *identity);
 struct sandbox *sandbox_first(void);
 struct sandbox *sandbox_next(struct sandbox *sb);
 size_t sandbox_count_live(void);
@@ -358,6 +356,20 @@ char *sandbox_url(const struct sandbox *sb);
  * address and port, without a trailing slash. Caller frees. */
 char *sandboxd_base_url(void);
 void sandbox_free_all(void);
+
+/* sandbox_resolve.c: the sandbox a request names, of any instance. */
+/* Ours (sandbox_find), else with REDIS_ENABLED another instance's. */
+struct sandbox *sandbox_resolve(const char *identity);
+/* Every sandbox, ours then the other instances':
+ * for (sb = sandbox_resolve_first(); sb; sb = sandbox_resolve_next(sb)) */
+struct sandbox *sandbox_resolve_first(void);
+struct sandbox *sandbox_resolve_next(struct sandbox *sb);
+/* The sandbox req's raw path names right after prefix ("/proxy/"), or
+ * NULL; *identity is that name decoded (caller frees), NULL when the raw
+ * path does not spell prefix plainly or names nothing, and *rest the raw
+ * path after the name. */
+struct sandbox *sandbox_from_path(struct http_request *req,
+    const char *prefix, char **identity, const char **rest);
 
 /* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
  * as sent, or NULL. */
@@ -719,7 +731,6 @@ void shared_dirty(void);
 void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
 /* Write everything now; done once Redis has it all. */
 void shared_flush(void (*done)(void *arg), void *arg);
-int shared_is_remote(const struct sandbox *sb);
 struct sandbox *shared_find(const char *identity);
 /* Read name's record from Redis now (an instance's announcement may come
  * a moment after its create answered a client who then asks us), then

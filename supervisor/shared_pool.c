@@ -152,7 +152,7 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	name = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
 	    NULL;
-	sb = name != NULL ? sandbox_find_local(name) : NULL;
+	sb = name != NULL ? sandbox_find(name) : NULL;
 	/* Empty, or one of ours on its way out whose record was not yet
 	 * written. */
 	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
@@ -358,7 +358,7 @@ shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 
 		if (strcmp(json_string_value(v), state_instance()) != 0)
 			continue;
-		sb = sandbox_find_local(name);
+		sb = sandbox_find(name);
 		if (sb == NULL || sb->state == SB_RELEASED)
 			shared_unreserve(name);
 	}

@@ -56,12 +56,6 @@ static char *channel;
 /* What anybody writing Redis can have us log. */
 static struct log_rate unsigned_rate = LOG_RATE_INIT(10, 5);
 
-int
-shared_is_remote(const struct sandbox *sb)
-{
-	return sb->owner != NULL;
-}
-
 /* How another instance reaches the agent of sb. */
 static char *
 agent_for_others(const struct sandbox *sb)
@@ -513,7 +507,7 @@ record_apply(const char *name, redisReply *r)
 	if (lease->type == REDIS_REPLY_STRING)
 		shared_instance_learn(shared_field(f, "owner"), lease->str);
 	key = shared_key("sb:%s", name);
-	sb = sandbox_find_local(name);
+	sb = sandbox_find(name);
 	/* Released while Redis was away: its record goes now. */
 	if (sb != NULL && sb->state == SB_RELEASED)
 		sb = NULL;

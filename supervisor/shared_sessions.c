@@ -159,7 +159,7 @@ heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		names = sessions_mapping(session);
 		said = 0;
 		json_array_foreach(names, i, name) {
-			struct sandbox *sb = sandbox_find(json_string_value(name));
+			struct sandbox *sb = sandbox_resolve(json_string_value(name));
 
 			if (sb == NULL || !sessions_reapable(sb, session))
 				continue;
