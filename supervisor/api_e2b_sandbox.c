@@ -134,13 +134,6 @@ api_e2b_token(const struct sandbox *sb, enum api_e2b_token which,
 	explicit_bzero(digest, sizeof digest);
 }
 
-static void
-fields_changed(struct sandbox *sb)
-{
-	sandbox_changed(sb);
-	state_dirty();
-}
-
 /* Seconds its timeout has left, from the clock that decides where this
  * instance knows it; -1 when it has none (paused). */
 static double
@@ -165,7 +158,7 @@ api_e2b_set_end(struct sandbox *sb, double seconds, int extend)
 	sb->ends_at = timing_monotonic() + seconds;
 	json_object_set_new(e, "end_at", json_real(timing_wall() + seconds));
 	json_object_set_new(e, "timeout", json_real(seconds));
-	fields_changed(sb);
+	sandbox_changed(sb);
 }
 
 void
@@ -177,7 +170,7 @@ api_e2b_stop_clock(struct sandbox *sb)
 		return;
 	sb->ends_at = 0;
 	json_object_set_new(e, "end_at", json_null());
-	fields_changed(sb);
+	sandbox_changed(sb);
 }
 
 const char *

@@ -207,7 +207,7 @@ uploaded_cb(const struct error *err, void *arg)
 		/* Kept on this host, and in the state file, until an upload
 		 * goes through. */
 		sb->workspace_unsaved = 1;
-		state_dirty();
+		sandbox_changed(sb);
 		error_prefix(&e, "sandbox %s is released, but its workspace "
 		    "could not be uploaded to object storage (it is kept on "
 		    "this host; release the sandbox again to retry)", sb->name);
@@ -217,7 +217,7 @@ uploaded_cb(const struct error *err, void *arg)
 	}
 	if (sb->workspace_unsaved) {
 		sb->workspace_unsaved = 0;
-		state_dirty();
+		sandbox_changed(sb);
 	}
 	if (sb->owns_mount)
 		workspace_remove(sb->mount_dir, kept_cb, op);
@@ -300,7 +300,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	    sb->op == NULL && !workspace_is_dir(sb->mount_dir)) {
 		/* Removed by hand meanwhile: nothing left to upload. */
 		sb->workspace_unsaved = 0;
-		state_dirty();
+		sandbox_changed(sb);
 	}
 	/* Released, its workspace not uploaded: this release uploads it
 	 * (or waits for the upload under way). */

@@ -250,7 +250,6 @@ created_cb(const char *id, const char *agent_addr, const struct error *err,
 	if (id != NULL && sb->container_id == NULL) {
 		sb->container_id = xstrdup(id);
 		sandbox_changed(sb);
-		state_dirty();
 	}
 	if (agent_addr != NULL && sb->agent_addr == NULL)
 		sb->agent_addr = xstrdup(agent_addr);
@@ -703,7 +702,6 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		sandbox_forget(sb);
 		return NULL;
 	}
-	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
 	/* From object storage whatever is there (maybe nothing); from

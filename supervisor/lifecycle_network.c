@@ -139,12 +139,11 @@ changed_cb(const struct error *err, void *arg)
 	} else {
 		struct egress_policy pol;
 
+		json_decref(sb->network);
+		sb->network = json_incref(p->network);
 		egress_policy_build(&pol, sb->type->egress, p->network);
 		set_view(sb, &pol);
 		egress_policy_free(&pol);
-		json_decref(sb->network);
-		sb->network = json_incref(p->network);
-		state_dirty();
 		log_info("sandbox %s: egress policy changed", sb->name);
 	}
 	police_end(p);

@@ -1,7 +1,11 @@
 /*
- * Sandbox records: the list of every sandbox this supervisor knows (live
- * ones and a bounded tail of released ones, whose records the spec keeps),
- * lookup by name or container id, and the container model clients see.
+ * The sandbox table: the records of this instance's sandboxes (live ones
+ * and a bounded tail of released ones, whose records the spec keeps),
+ * found by name or container id, and the container model clients see.
+ * It is the floor every service stands on and calls none of them: a
+ * change to a record (sandbox_changed, sandbox_set_state, sandbox_forget)
+ * is announced to the hooks that subscribed (the state file, Redis, the
+ * pools), and the other instances' records are sandbox_resolve's, above.
  */
 #include "sandboxd.h"
 
@@ -14,7 +18,15 @@
 #include "token.h"
 #include "xmalloc.h"
 
+/* Who is told of a change to one of our records; a handful. */
+#define HOOKS_MAX 8
+
 static struct sandbox_list sandboxes = TAILQ_HEAD_INITIALIZER(sandboxes);
+static struct {
+	sandbox_hook_cb cb;
+	void *arg;
+} hooks[HOOKS_MAX];
+static size_t nhooks;
 /* The backend's short forms of container ids (sandbox_set_id_match). */
 static int (*id_match)(const char *id, const char *identity);
 
@@ -113,13 +125,33 @@ sandbox_unref(struct sandbox *sb)
 }
 
 void
+sandbox_hook_add(sandbox_hook_cb cb, void *arg)
+{
+	if (nhooks == HOOKS_MAX)
+		fatal("more than %d sandbox hooks", HOOKS_MAX);
+	hooks[nhooks].cb = cb;
+	hooks[nhooks].arg = arg;
+	nhooks++;
+}
+
+static void
+announce(struct sandbox *sb)
+{
+	/* Another instance's record (the mirror's) is its owner's to keep. */
+	if (sb->owner != NULL)
+		return;
+	for (size_t i = 0; i < nhooks; i++)
+		hooks[i].cb(sb, hooks[i].arg);
+}
+
+void
 sandbox_forget(struct sandbox *sb)
 {
 	if (!sb->listed)
 		return;
 	sb->listed = 0;
 	TAILQ_REMOVE(&sandboxes, sb, entry);
-	state_dirty();
+	announce(sb);
 	sandbox_unref(sb);
 }
 
@@ -205,7 +237,6 @@ sandbox_set_state(struct sandbox *sb, enum sandbox_state state)
 	sb->state = state;
 	sb->updated_at = timing_wall();
 	sandbox_changed(sb);
-	state_dirty();
 }
 
 void
@@ -214,6 +245,7 @@ sandbox_changed(struct sandbox *sb)
 	free(sb->model_text);
 	sb->model_text = NULL;
 	sb->model_len = 0;
+	announce(sb);
 }
 
 int

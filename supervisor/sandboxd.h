@@ -323,8 +323,15 @@ int sandbox_has_network(const struct sandbox *sb);
 struct sandbox *sandbox_new(const struct sandbox_type *type);
 void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
-/* Drop from the list (the record is freed once unreferenced). */
+/* Drop from the list (the record is freed once unreferenced); the hooks
+ * are told, sb->listed 0. */
 void sandbox_forget(struct sandbox *sb);
+/* cb(sb, arg) on every change to one of our records: a field, its state,
+ * its leaving the table (sb->listed 0, sb still valid for the call). A
+ * hook only notes the change (schedules a write, a refill): it runs
+ * inside whatever made it. Never for another instance's records. */
+typedef void (*sandbox_hook_cb)(struct sandbox *sb, void *arg);
+void sandbox_hook_add(sandbox_hook_cb cb, void *arg);
 /* Ours by container name, container id or a unique short form of it
  * (what the hook below takes); another instance's: sandbox_resolve. */
 struct sandbox *sandbox_find(const char *identity);
@@ -346,9 +353,9 @@ json_t *sandbox_model(const struct sandbox *sb);
  * changes, so that a list of 1000 records is a copy, not 1000 encodings.
  * Borrowed: valid until the next sandbox_changed. */
 const char *sandbox_model_text(struct sandbox *sb, size_t *len);
-/* A field the model shows changed: the kept text is stale. Every write
- * to such a field calls this (sandbox_set_state and sandbox_set_error
- * do it themselves). */
+/* A field of sb changed: the kept model text is stale and the hooks are
+ * told. Every write to a record's field calls this (sandbox_set_state
+ * and sandbox_set_error do it themselves). */
 void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
@@ -492,6 +499,11 @@ void state_flush(void);
 json_t *state_saved(const char *name);
 /* name -> record of everything saved, borrowed (NULL after the free). */
 json_t *state_saved_all(void);
+/* A part of the file another module keeps: save() (a new reference) is
+ * written under key with every write. What the last run wrote under key,
+ * borrowed, or NULL (until state_loaded_free). */
+void state_add_section(const char *key, json_t *(*save)(void));
+json_t *state_loaded_section(const char *key);
 /* Forget what was loaded once adoption is done. */
 void state_loaded_free(void);
 /* Write, unlock, free. */
@@ -538,9 +550,9 @@ char *sessions_ctx_id(const char *session_id, const char *user_id);
 int sessions_reapable(const struct sandbox *sb, const char *id);
 /* Make sure a session exists, without counting activity (adoption). */
 void sessions_ensure(const char *session);
-/* For the state file: {id: last activity}, and back. */
-json_t *sessions_save(void);
-void sessions_restore(json_t *saved);
+/* The sessions' last activity, {id: epoch seconds} (the state file's
+ * "sessions", Redis after a reconnect). New reference. */
+json_t *sessions_activity(void);
 /* Stop reaping (shutdown); sessions_free drops them all. */
 void sessions_stop(void);
 void sessions_free(void);
@@ -725,8 +737,6 @@ void shared_records_free(void);
 void shared_records_subscribe(struct redisAsyncContext *ac);
 /* Both connections are up: publish ours again, reload the others'. */
 void shared_records_connected(void);
-/* Our records changed: write them (on the loop's next turn). */
-void shared_dirty(void);
 /* Write sb's record now; done once Redis announced it to the others. */
 void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
 /* Write everything now; done once Redis has it all. */

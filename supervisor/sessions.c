@@ -108,7 +108,6 @@ sessions_bind(struct sandbox *sb, const char *id)
 		sessions_touch(id);
 	}
 	sandbox_changed(sb);
-	state_dirty();
 }
 
 static int
@@ -221,7 +220,7 @@ sessions_ctx_id(const char *session_id, const char *user_id)
 }
 
 json_t *
-sessions_save(void)
+sessions_activity(void)
 {
 	json_t *obj = json_object();
 	struct session *s;
@@ -231,12 +230,14 @@ sessions_save(void)
 	return obj;
 }
 
-void
-sessions_restore(json_t *saved)
+static void
+restore(json_t *saved)
 {
 	const char *id;
 	json_t *v;
 
+	if (!json_is_object(saved))
+		return;
 	json_object_foreach(saved, id, v) {
 		struct session *s;
 
@@ -328,6 +329,8 @@ sessions_init(void)
 	tv = timing_timeval(t);
 	reap_ev = event_new(sd.base, -1, EV_PERSIST, reap_cb, NULL);
 	event_add(reap_ev, &tv);
+	restore(state_loaded_section("sessions"));
+	state_add_section("sessions", sessions_activity);
 }
 
 void

@@ -367,13 +367,22 @@ shared_flush(void (*done)(void *arg), void *arg)
 		sandboxd_defer(flush_later_cb, w);
 }
 
-void
-shared_dirty(void)
+/* Our records changed: written on the loop's next turn. */
+static void
+dirty(void)
 {
 	struct timeval now = { 0, 0 };
 
 	if (sync_ev != NULL && !evtimer_pending(sync_ev, NULL))
 		evtimer_add(sync_ev, &now);
+}
+
+static void
+changed_cb(struct sandbox *sb, void *arg)
+{
+	(void)sb;
+	(void)arg;
+	dirty();
 }
 
 /* Publishing one record now, answering when Redis has announced it. */
@@ -445,7 +454,7 @@ own_apply(struct sandbox *sb, const char *key, json_t *f)
 	    "mac")) != 0)) {
 		json_decref(sb->shared);
 		sb->shared = NULL;
-		shared_dirty();
+		dirty();
 	}
 	/* Taken from the pool by another instance. */
 	if (sb->state == SB_WARM && (take = shared_take_check(key,
@@ -650,7 +659,7 @@ shared_records_connected(void)
 		write_record(sb, NULL, NULL);
 	}
 	/* And the sessions' last activity, which the reaper reads. */
-	saved = sessions_save();
+	saved = sessions_activity();
 	json_object_foreach(saved, session, v)
 		shared_touch_session(session, json_number_value(v));
 	json_decref(saved);
@@ -756,6 +765,7 @@ shared_records_init(void)
 	sync_ev = evtimer_new(sd.base, sync_cb, NULL);
 	tick_ev = event_new(sd.base, -1, EV_PERSIST, tick_cb, NULL);
 	event_add(tick_ev, &tv);
+	sandbox_hook_add(changed_cb, NULL);
 }
 
 void
