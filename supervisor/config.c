@@ -920,3 +920,18 @@ sandboxd_config_free(struct sandboxd_config *c)
 	c->ro_mounts = NULL;
 	c->nro_mounts = 0;
 }
+
+char *
+sandboxd_base_url(const struct sandboxd_config *cfg)
+{
+	const char *host = cfg->host;
+
+	if (cfg->public_url != NULL)
+		return xstrdup(cfg->public_url);
+	if (strcmp(host, "0.0.0.0") == 0)
+		host = "127.0.0.1";
+	if (strchr(host, ':') != NULL)
+		return xasprintf("http://[%s]:%ld", strcmp(host, "::") == 0 ?
+		    "::1" : host, cfg->port);
+	return xasprintf("http://%s:%ld", host, cfg->port);
+}

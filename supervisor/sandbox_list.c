@@ -45,12 +45,8 @@ bad:
 static int
 parse_state(const char *s, enum sandbox_state *out, struct error *err)
 {
-	for (int i = SB_CREATING; i <= SB_RELEASED; i++) {
-		if (strcmp(sandbox_state_name((enum sandbox_state)i), s) == 0) {
-			*out = (enum sandbox_state)i;
-			return 0;
-		}
-	}
+	if (sandbox_state_parse(s, out) == 0)
+		return 0;
 	error_set(err, 400, "state: '%.64s' is not one of creating, warm, "
 	    "running, unhealthy, stopped, paused, releasing, released", s);
 	return -1;

@@ -156,6 +156,9 @@ void sandboxd_config_free(struct sandboxd_config *cfg);
 void sandboxd_split_list(const char *s, struct config_list *out);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
+/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else its address
+ * and port, without a trailing slash. Caller frees. */
+char *sandboxd_base_url(const struct sandboxd_config *cfg);
 
 /* sandbox_types.c: the sandbox type registry. */
 
@@ -312,6 +315,8 @@ struct sandbox {
 TAILQ_HEAD(sandbox_list, sandbox);
 
 const char *sandbox_state_name(enum sandbox_state state);
+/* The state of a name sandbox_state_name gives: 0, or -1 for none. */
+int sandbox_state_parse(const char *name, enum sandbox_state *out);
 /* Whether sb's agent takes calls (warm, running or unhealthy): 0, or -1
  * with err (409) saying why not, the same for every route. */
 int sandbox_check_callable(const struct sandbox *sb, struct error *err);
@@ -347,22 +352,36 @@ void sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Released records beyond the cap are dropped, oldest first. */
 void sandbox_trim_released(size_t keep);
-/* The container model of the spec (get_info). New reference. */
+/* A field of sb changed: the kept model text is stale and the hooks are
+ * told. Every write to a record's field calls this (sandbox_set_state
+ * and sandbox_set_error do it themselves). */
+void sandbox_changed(struct sandbox *sb);
+void sandbox_free_all(void);
+
+/* sandbox_record.c: a sandbox as the state file, Redis and clients read
+ * it, from one table of its fields. */
+enum sandbox_form {
+	SANDBOX_STATE,		/* the state file's record */
+	SANDBOX_SHARED,		/* the Redis record's fields, all strings */
+	SANDBOX_MODEL,		/* the container model of the spec */
+	SANDBOX_FORMS
+};
+/* sb's fields in form. New reference. */
+json_t *sandbox_record(const struct sandbox *sb, enum sandbox_form form);
+/* The fields rec has in form (not SANDBOX_MODEL) into sb, the others
+ * left as they are; then sandbox_changed. -1 with err when a value does
+ * not check (saved egress lists), the others read. */
+int sandbox_record_read(struct sandbox *sb, json_t *rec,
+    enum sandbox_form form, struct error *err);
+/* The container model of the spec (get_info): the model form, its url,
+ * error and desktop links. New reference. */
 json_t *sandbox_model(const struct sandbox *sb);
 /* The same as compact JSON text, encoded once and kept until the record
  * changes, so that a list of 1000 records is a copy, not 1000 encodings.
  * Borrowed: valid until the next sandbox_changed. */
 const char *sandbox_model_text(struct sandbox *sb, size_t *len);
-/* A field of sb changed: the kept model text is stale and the hooks are
- * told. Every write to a record's field calls this (sandbox_set_state
- * and sandbox_set_error do it themselves). */
-void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
-/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else our own
- * address and port, without a trailing slash. Caller frees. */
-char *sandboxd_base_url(void);
-void sandbox_free_all(void);
 
 /* sandbox_resolve.c: the sandbox a request names, of any instance. */
 /* Ours (sandbox_find), else with REDIS_ENABLED another instance's. */

@@ -71,15 +71,10 @@ agent_for_others(const struct sandbox *sb)
 static json_t *
 record_fields(const struct sandbox *sb, json_t *last, const char *key)
 {
-	json_t *f = json_object();
-	char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
+	json_t *f = sandbox_record(sb, SANDBOX_SHARED);
 	char *agent = agent_for_others(sb), *ports, *api;
-	char num[64];
 
-	json_object_set_new(f, "id", json_string(sb->id));
 	json_object_set_new(f, "owner", json_string(state_instance()));
-	json_object_set_new(f, "type", json_string(sb->type_name));
-	json_object_set_new(f, "image", json_string(sb->image));
 	/* Sealed once: a new nonce each time would be a change each time. */
 	if (last != NULL && *shared_field(last, "token") != '\0') {
 		json_object_set(f, "token", json_object_get(last, "token"));
@@ -90,25 +85,6 @@ record_fields(const struct sandbox *sb, json_t *last, const char *key)
 		free(sealed);
 	}
 	json_object_set_new(f, "agent", json_string(agent));
-	snprintf(num, sizeof num, "%d", sb->port);
-	json_object_set_new(f, "port", json_string(num));
-	json_object_set_new(f, "state",
-	    json_string(sandbox_state_name(sb->state)));
-	json_object_set_new(f, "session", json_string(sb->session != NULL ?
-	    sb->session : ""));
-	json_object_set_new(f, "meta", json_string(meta != NULL ? meta : "{}"));
-	json_object_set_new(f, "container_id", json_string(sb->container_id !=
-	    NULL ? sb->container_id : ""));
-	json_object_set_new(f, "mount_dir", json_string(sb->mount_dir != NULL ?
-	    sb->mount_dir : ""));
-	json_object_set_new(f, "storage_path", json_string(sb->storage_path !=
-	    NULL ? sb->storage_path : ""));
-	snprintf(num, sizeof num, "%.17g", sb->timeout);
-	json_object_set_new(f, "timeout", json_string(num));
-	snprintf(num, sizeof num, "%.6f", sb->created_at);
-	json_object_set_new(f, "created_at", json_string(num));
-	snprintf(num, sizeof num, "%.6f", sb->updated_at);
-	json_object_set_new(f, "updated_at", json_string(num));
 	/* Where its port is claimed, for whoever removes the record of a
 	 * dead owner. */
 	ports = sb->port > 0 ? shared_ports_key() : xstrdup("");
@@ -121,7 +97,6 @@ record_fields(const struct sandbox *sb, json_t *last, const char *key)
 	api = shared_api_addr();
 	json_object_set_new(f, "api", json_string(api));
 	free(api);
-	free(meta);
 	free(agent);
 	shared_record_sign(key, f);
 	return f;

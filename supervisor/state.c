@@ -123,39 +123,6 @@ read_instance(const char *dir, struct error *err)
 	return 0;
 }
 
-static json_t *
-record(const struct sandbox *sb)
-{
-	json_t *r = json_object();
-
-	json_object_set_new(r, "id", json_string(sb->id));
-	json_object_set_new(r, "name", json_string(sb->name));
-	if (sb->container_id != NULL)
-		json_object_set_new(r, "container_id",
-		    json_string(sb->container_id));
-	json_object_set_new(r, "type", json_string(sb->type_name));
-	json_object_set_new(r, "image", json_string(sb->image));
-	json_object_set_new(r, "token", json_string(sb->token));
-	json_object_set_new(r, "port", json_integer(sb->port));
-	if (sb->mount_dir != NULL)
-		json_object_set_new(r, "mount_dir", json_string(sb->mount_dir));
-	json_object_set_new(r, "owns_mount", json_boolean(sb->owns_mount));
-	if (sb->storage_path != NULL)
-		json_object_set_new(r, "storage_path",
-		    json_string(sb->storage_path));
-	if (sb->session != NULL)
-		json_object_set_new(r, "session", json_string(sb->session));
-	json_object_set_new(r, "meta", json_incref(sb->meta));
-	if (sb->network != NULL)
-		json_object_set_new(r, "network", json_incref(sb->network));
-	json_object_set_new(r, "state",
-	    json_string(sandbox_state_name(sb->state)));
-	json_object_set_new(r, "for_pool", json_boolean(sb->for_pool));
-	json_object_set_new(r, "created_at", json_real(sb->created_at));
-	json_object_set_new(r, "timeout", json_real(sb->timeout));
-	return r;
-}
-
 void
 state_flush(void)
 {
@@ -171,7 +138,8 @@ state_flush(void)
 		/* A container may exist from the moment we ask for it; a
 		 * workspace not uploaded yet is the next start's to upload. */
 		if (sb->state != SB_RELEASED || sb->workspace_unsaved)
-			json_array_append_new(list, record(sb));
+			json_array_append_new(list,
+			    sandbox_record(sb, SANDBOX_STATE));
 	}
 	root = json_pack("{s:i,s:s,s:o}", "version", 1, "instance",
 	    instance, "sandboxes", list);
