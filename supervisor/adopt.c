@@ -280,7 +280,7 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 		return;
 	}
 	a->pending++;
-	health_probe(sb, ADOPT_PROBE_TIMEOUT, probed_cb, a);
+	agent_probe(sb, ADOPT_PROBE_TIMEOUT, probed_cb, a);
 }
 
 /* Socket directories no record owns (a crash between steps). */

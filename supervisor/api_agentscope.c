@@ -339,7 +339,7 @@ rpc_check_health(struct http_request *req, const char *what, json_t *args)
 	    sb->state == SB_PAUSED || sb->state == SB_CREATING))
 		reply_data(req, json_false());
 	else if (sb != NULL)
-		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
+		agent_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
 		    rpc_new(req, what, args));
 }
 

@@ -165,7 +165,6 @@ static void
 released(struct lifecycle_op *op, const struct error *err)
 {
 	struct sandbox *sb = op->sb;
-	int was_pooled = op->prev_state == SB_WARM;
 
 	/* Creates that wait for this storage_path go on (a mark another
 	 * instance set when it asked for this release). */
@@ -179,8 +178,6 @@ released(struct lifecycle_op *op, const struct error *err)
 	}
 	lifecycle_notify_waiters(sb, err);
 	lifecycle_op_end(op);
-	if (was_pooled)
-		pool_refill();
 }
 
 static void
@@ -281,7 +278,6 @@ begin_release(struct sandbox *sb)
 	struct lifecycle_op *op = lifecycle_op_new(sb, OP_RELEASE, NULL, NULL);
 
 	sandbox_set_state(sb, SB_RELEASING);
-	desktop_relay_close_sandbox(sb);
 	egress_free(sb->egress);
 	sb->egress = NULL;
 	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
@@ -332,6 +328,22 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 		return;
 	}
 	begin_release(sb);
+}
+
+/* Another instance asked for the release of one of ours (its record says
+ * so, signed). */
+static void
+release_asked(struct sandbox *sb)
+{
+	log_info("sandbox %s: release asked by another instance", sb->name);
+	lifecycle_release(sb, NULL, NULL);
+}
+
+void
+lifecycle_init(void)
+{
+	if (shared_enabled())
+		shared_on_release_asked(release_asked);
 }
 
 /* Starting, stopping, pausing and resuming. */

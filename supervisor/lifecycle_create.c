@@ -193,7 +193,7 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 		    op);
 		return;
 	}
-	health_probe(sb, PROBE_TIMEOUT, probed_cb, op);
+	agent_probe(sb, PROBE_TIMEOUT, probed_cb, op);
 }
 
 /* Ask the agent again shortly: quickly at first (a container starts in
@@ -237,7 +237,7 @@ lifecycle_wait_healthy(struct lifecycle_op *op)
 	op->deadline = timing_monotonic() + sd.cfg.create_timeout;
 	op->next_status_check = timing_monotonic() + STATUS_CHECK_INTERVAL;
 	op->delay = 0.005;
-	health_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
+	agent_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
 }
 
 static void
@@ -446,7 +446,6 @@ undo_finish(struct lifecycle_op *op)
 		op->done(sb, &err, op->arg);
 	sandbox_forget(sb);
 	lifecycle_op_end(op);
-	pool_refill();
 }
 
 static void

@@ -420,7 +420,9 @@ setup(int argc, char **argv)
 	}
 	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
+	desktop_relay_init();
 	api_e2b_timeouts_start();
+	lifecycle_init();
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);

@@ -440,6 +440,8 @@ void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_set_network(struct sandbox *sb, json_t *network,
     sandbox_done_cb done, void *arg);
 
+/* Carry out what other instances ask (REDIS_ENABLED). */
+void lifecycle_init(void);
 /* Start creating. Input and capacity errors come back at once (NULL, err:
  * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
  * WARM) or after everything made so far is removed again (err). */
@@ -545,10 +547,13 @@ void pool_init(void);
 int pool_take_or_create(const struct create_request *creq, int from_pool,
     struct sandbox **taken, sandbox_done_cb done, void *arg,
     struct error *err);
+/* A warm sandbox of ours handed out, by this instance's take or another's:
+ * RUNNING, meta (may be NULL) added, bound to session (may be NULL),
+ * counted; its pool is refilled a moment later. */
+void pool_handed_out(struct sandbox *sb, json_t *meta, const char *session);
 /* Bring every pool back to POOL_SIZE (in the background). */
 void pool_refill(void);
 int pool_is_pooled(const char *type_name);
-size_t pool_target(const char *type_name);
 void pool_stop(void);
 
 /* sessions.c */
@@ -560,31 +565,19 @@ void sessions_bind(struct sandbox *sb, const char *session);
 /* Names of the live sandboxes of a session. New reference (array). */
 json_t *sessions_mapping(const char *session);
 json_t *sessions_keys(void);
+/* Sessions with live sandboxes (/metrics' gauge). */
 size_t sessions_count(void);
 /* The session id SandboxService builds from session_id and user_id.
  * Caller frees. */
 char *sessions_ctx_id(const char *session_id, const char *user_id);
-/* Whether an idle session id's reaper releases sb: bound to it, live, not
- * paused. */
-int sessions_reapable(const struct sandbox *sb, const char *id);
 /* Make sure a session exists, without counting activity (adoption). */
 void sessions_ensure(const char *session);
-/* The sessions' last activity, {id: epoch seconds} (the state file's
- * "sessions", Redis after a reconnect). New reference. */
-json_t *sessions_activity(void);
 /* Stop reaping (shutdown); sessions_free drops them all. */
 void sessions_stop(void);
 void sessions_free(void);
-/* Seconds between reaper rounds. */
-double sessions_reap_interval(void);
 
 /* health.c */
 void health_init(void);
-/* Probe the agent of sb once: done(ok), after the return. */
-typedef void (*health_probe_cb)(struct sandbox *sb, int ok, const char *why,
-    void *arg);
-void health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
-    void *arg);
 void health_stop(void);
 
 /* agent_client.c: calls from sandboxd to an agent. */
@@ -599,6 +592,12 @@ struct agent_call *agent_call_json(struct sandbox *sb, const char *method,
     void *arg);
 /* Drop the call: the agent's connection closes, done never runs. */
 void agent_call_cancel(struct agent_call *c);
+/* Probe the agent of sb once (/healthz): done(ok, why not), after the
+ * return. */
+typedef void (*agent_probe_cb)(struct sandbox *sb, int ok, const char *why,
+    void *arg);
+void agent_probe(struct sandbox *sb, double timeout, agent_probe_cb done,
+    void *arg);
 /* The target to send to sb's agent_addr for the agent's target: the same,
  * or through its owner's /proxy/{name} (via_owner). Caller frees. */
 char *agent_target(const struct sandbox *sb, const char *target);
@@ -689,8 +688,9 @@ char *desktop_url(const struct sandbox *sb, enum desktop_access access);
  * comes. */
 void desktop_relay_start(struct http_request *req, struct sandbox *sb,
     enum desktop_access access);
-/* Close the viewers of sb (its release), of every sandbox (shutdown). */
-void desktop_relay_close_sandbox(struct sandbox *sb);
+/* Close a sandbox's viewers when it goes (the table's hook). */
+void desktop_relay_init(void);
+/* Close every viewer (shutdown). */
 void desktop_relay_close_all(void);
 size_t desktop_relay_count(void);
 
@@ -711,6 +711,10 @@ void metrics_create_seconds(const char *type_name, double seconds);
 /* Seconds a create waited in sandboxd's queue before Docker got it. */
 void metrics_create_queue_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
+/* A gauge another module keeps: name and help as /metrics prints them
+ * (static strings), value() read at each scrape. */
+void metrics_gauge_add(const char *name, const char *help,
+    size_t (*value)(void));
 void metrics_free(void);
 
 /* redact.c: host paths out of what clients read. */
@@ -754,8 +758,19 @@ int shared_command_argv(shared_reply_cb cb, void *arg, int argc,
 void shared_records_init(void);
 void shared_records_free(void);
 void shared_records_subscribe(struct redisAsyncContext *ac);
-/* Both connections are up: publish ours again, reload the others'. */
+/* Both connections are up: publish ours again, reload the others', then
+ * the hooks of shared_on_up. */
 void shared_records_connected(void);
+/* cb() each time Redis is back (and at start) and our records are
+ * written again: what else it must hear again, what waited for it. */
+void shared_on_up(void (*cb)(void));
+/* Who carries out what another instance asked of a sandbox of ours, once
+ * its record says so, signed: its release (lifecycle.c); its hand-out
+ * from the pool, with meta (may be NULL) to add, to session (may be NULL)
+ * (pool.c). */
+void shared_on_release_asked(void (*cb)(struct sandbox *sb));
+void shared_on_take_asked(void (*cb)(struct sandbox *sb, json_t *meta,
+    const char *session));
 /* Write sb's record now; done once Redis announced it to the others. */
 void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
 /* Write everything now; done once Redis has it all. */
@@ -779,9 +794,11 @@ size_t shared_count_live(void);
 /* Ask the owner of a remote sandbox to release it. */
 void shared_release_remote(struct sandbox *sb, sandbox_done_cb done,
     void *arg);
-/* The oldest warm sandbox of creq's type from every instance's pool,
- * else a new one: done runs later either way. -1 with err (503) when
- * Redis is down. */
+/* The oldest warm sandbox of creq's type from every instance's pool:
+ * done(sb) with one of ours still WARM (the caller hands it out),
+ * another's taken for creq (RUNNING), or done(NULL, NULL) when none is
+ * warm; done(NULL, err) when Redis went away. Later, always; creq lives
+ * until then. -1 with err (503) when Redis is down. */
 int shared_take(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err);
 void shared_touch_session(const char *session, double when);
@@ -798,8 +815,12 @@ void shared_release_port(int port);
 char *shared_ports_key(void);
 /* host:port where the other instances reach our API. Free it. */
 char *shared_api_addr(void);
-/* A reaper round, on the instance that holds the lock. */
-void shared_reap(void);
+/* A reaper round of interval seconds, on the instance that takes the
+ * lock: expired(session, idle seconds) for each session idle past
+ * HEARTBEAT_TIMEOUT, which releases its sandboxes wherever they are and
+ * says how many live ones it has. */
+void shared_reap(double interval, size_t (*expired)(const char *session,
+    double idle));
 /* shared_uploads.c (FILE_SYSTEM=oss): mark sb's storage_path as on its
  * way to the store (a release asked of its owner), clear the mark (the
  * owner's release is over), and ask whether it is there: done(arg,

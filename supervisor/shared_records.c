@@ -10,7 +10,9 @@
  * shared host, or the agent port its owner published on
  * SANDBOXD_ADVERTISE_ADDR); only its owner talks to Docker about it, so a
  * release from elsewhere is a request (field "release", signed) the owner
- * carries out. Keys, all under the prefix:
+ * carries out, as a take from the pool is (field "take"): this module only
+ * reads them and tells whoever subscribed (lifecycle.c, pool.c), as it
+ * tells of Redis coming back (shared_on_up). Keys, all under the prefix:
  *   sb:<name>            hash: the record, its "mac", and "taken", "take"
  *                        and "release" when another instance took it from
  *                        the pool or asked for its release
@@ -53,6 +55,13 @@ static const char fetch_script[] =
 
 static struct event *sync_ev, *tick_ev;
 static char *channel;
+/* Who carries out what another instance asked, and hears of Redis back. */
+static void (*release_asked)(struct sandbox *sb);
+static void (*take_asked)(struct sandbox *sb, json_t *meta,
+    const char *session);
+#define UP_HOOKS_MAX 4
+static void (*up_hooks[UP_HOOKS_MAX])(void);
+static size_t nup_hooks;
 /* What anybody writing Redis can have us log. */
 static struct log_rate unsigned_rate = LOG_RATE_INIT(10, 5);
 
@@ -401,6 +410,27 @@ shared_publish(struct sandbox *sb, shared_done_cb done, void *arg)
 		sandboxd_defer(publish_later_cb, w);
 }
 
+void
+shared_on_release_asked(void (*cb)(struct sandbox *sb))
+{
+	release_asked = cb;
+}
+
+void
+shared_on_take_asked(void (*cb)(struct sandbox *sb, json_t *meta,
+    const char *session))
+{
+	take_asked = cb;
+}
+
+void
+shared_on_up(void (*cb)(void))
+{
+	if (nup_hooks == UP_HOOKS_MAX)
+		fatal("more than %d shared-state hooks", UP_HOOKS_MAX);
+	up_hooks[nup_hooks++] = cb;
+}
+
 /* A record in Redis (f, key) of one of ours: what others asked of it,
  * when it is signed. */
 static void
@@ -415,10 +445,8 @@ own_apply(struct sandbox *sb, const char *key, json_t *f)
 			log_rate_msg(&unsigned_rate, LOG_WARN, "sandbox %s: "
 			    "ignoring a release request in Redis that is not "
 			    "signed", sb->name);
-		} else {
-			log_info("sandbox %s: release asked by another instance",
-			    sb->name);
-			lifecycle_release(sb, NULL, NULL);
+		} else if (release_asked != NULL) {
+			release_asked(sb);
 			return;
 		}
 	}
@@ -432,19 +460,15 @@ own_apply(struct sandbox *sb, const char *key, json_t *f)
 		dirty();
 	}
 	/* Taken from the pool by another instance. */
-	if (sb->state == SB_WARM && (take = shared_take_check(key,
-	    state_instance(), shared_field(f, "take"))) != NULL) {
+	if (sb->state == SB_WARM && take_asked != NULL &&
+	    (take = shared_take_check(key, state_instance(),
+	    shared_field(f, "take"))) != NULL) {
 		json_t *meta = json_loads(shared_field(take, "meta"), 0, NULL);
 		const char *session = shared_field(take, "session");
 
-		if (json_is_object(meta))
-			json_object_update(sb->meta, meta);
+		take_asked(sb, json_is_object(meta) ? meta : NULL,
+		    *session != '\0' ? session : NULL);
 		json_decref(meta);
-		sandbox_set_state(sb, SB_RUNNING);
-		if (*session != '\0')
-			sessions_bind(sb, session);
-		metrics_count(M_POOL_TAKES, sb->type_name);
-		pool_refill();
 		json_decref(take);
 	}
 }
@@ -614,8 +638,6 @@ members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 void
 shared_records_connected(void)
 {
-	const char *session;
-	json_t *saved, *v;
 	char *names;
 
 	if (!shared_up())
@@ -633,19 +655,14 @@ shared_records_connected(void)
 		}
 		write_record(sb, NULL, NULL);
 	}
-	/* And the sessions' last activity, which the reaper reads. */
-	saved = sessions_activity();
-	json_object_foreach(saved, session, v)
-		shared_touch_session(session, json_number_value(v));
-	json_decref(saved);
 	names = shared_key("sandboxes");
 	shared_command(members_cb, NULL, "SMEMBERS %s", names);
 	free(names);
 	names = shared_key("live");
 	shared_command(shared_live_cb, NULL, "HGETALL %s", names);
 	free(names);
-	/* Creates waited for the connection. */
-	pool_refill();
+	for (size_t i = 0; i < nup_hooks; i++)
+		up_hooks[i]();
 }
 
 struct shared_answer *
