@@ -19,14 +19,24 @@
  * may answer get no records (NOERROR); a denied name, or with the
  * internet off a name on no allow list, REFUSED, never asked upstream (its
  * query could carry data out). UDP only (evdns in libevent 2.1 serves no
- * TCP): answers of a few addresses fit.
+ * TCP): an answer holds the addresses that fit in 512 bytes, and only
+ * those are let in.
+ *
+ * Both sides are hostile: the sandbox writes the queries, and upstream's
+ * answers are of names the sandbox may control. Queries are bounded (64
+ * of a sandbox waiting upstream, no more of all of them than evdns sends
+ * at once); an answer's TTL is cut to a day, one of 2^31 s or more is 0
+ * (RFC 2181), and a sandbox's resolved addresses are at most the sets'
+ * size (egress_rules.c).
  */
 #include "sandboxd.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <linux/filter.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/dns.h>
@@ -40,8 +50,23 @@
 
 /* Queries of one sandbox waiting upstream at once; more are SERVFAIL. */
 #define MAX_QUERIES 64
+/* Queries evdns sends upstream at once (its default is 64: one sandbox's
+ * flood would hold every other's back); the rest wait their turn. */
+#define MAX_INFLIGHT "4096"
+/* What an answer over UDP may be without EDNS, as evdns's server cuts it
+ * (the truncated bit then sends the client to TCP, which it lacks). */
+#define ANSWER_MAX 512
+/* The header, and per record a name pointer, type, class, TTL and
+ * length. */
+#define HEADER_LEN 12
+#define RECORD_LEN 12
 
 static struct evdns_base *upstream;
+/* Addresses the worker could not add, and evdns's own complaints (an
+ * answer it could not send, upstream failing), however fast sandboxes
+ * ask. */
+static struct log_rate names_rate = LOG_RATE_INIT(60, 10);
+static struct log_rate evdns_rate = LOG_RATE_INIT(60, 10);
 
 /* One query asked upstream. Freed when it is answered, or when its
  * sandbox's resolver stops (eg NULL while upstream's callback is due). */
@@ -54,12 +79,24 @@ struct egress_query {
 	enum egress_verdict verdict;
 };
 
+/* evdns would log to stderr, a line for each packet it cannot handle;
+ * given a function, it tells only whether a line is a warning. */
+static void
+evdns_log_cb(int is_warn, const char *msg)
+{
+	if (is_warn)
+		log_rate_msg(&evdns_rate, LOG_WARN, "egress: evdns: %s", msg);
+	else
+		log_debug("egress: evdns: %s", msg);
+}
+
 int
 egress_dns_init(struct event_base *base, const char *servers,
     struct error *err)
 {
 	struct config_list l = { 0 };
 
+	evdns_set_log_fn(evdns_log_cb);
 	upstream = evdns_base_new(base, 0);
 	if (servers != NULL && *servers != '\0') {
 		sandboxd_split_list(servers, &l);
@@ -80,7 +117,27 @@ egress_dns_init(struct event_base *base, const char *servers,
 	}
 	evdns_base_set_option(upstream, "timeout:", "3");
 	evdns_base_set_option(upstream, "attempts:", "2");
+	evdns_base_set_option(upstream, "max-inflight:", MAX_INFLIGHT);
 	return 0;
+}
+
+int
+egress_dns_filter(int sock)
+{
+	/* The kernel keeps from the socket any datagram shorter than a DNS
+	 * header (its UDP header's 8 bytes come first here): libevent 2.1's
+	 * server dereferences NULL on one (libevent issue 1231, fixed in
+	 * 2.2), and the sandbox could end sandboxd with five bytes. */
+	struct sock_filter code[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 8 + HEADER_LEN, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, 0xffffffff),
+		BPF_STMT(BPF_RET | BPF_K, 0),
+	};
+	struct sock_fprog prog = { sizeof code / sizeof code[0], code };
+
+	return setsockopt(sock, SOL_SOCKET, SO_ATTACH_FILTER, &prog,
+	    sizeof prog);
 }
 
 void
@@ -124,8 +181,8 @@ names_in_cb(struct egress_job *job, void *arg)
 
 	q->job = NULL;
 	if (job->rc < 0)
-		log_warn("sandbox %s: resolved addresses not allowed: %s",
-		    q->eg->name, job->msg);
+		log_rate_msg(&names_rate, LOG_WARN, "sandbox %s: resolved "
+		    "addresses not allowed: %s", q->eg->name, job->msg);
 	respond(q, job->rc < 0 ? DNS_ERR_SERVERFAILED : DNS_ERR_NONE);
 }
 
@@ -165,16 +222,36 @@ allow_addresses(struct egress_query *q, char type, int count, int ttl,
 	egress_nft_submit(q->job);
 }
 
+/* How many of count addresses of len bytes fit in an answer to name. */
+static int
+answer_fits(const char *name, int count, size_t len)
+{
+	/* The question: the name's labels and their end, type and class;
+	 * each record names it by a pointer. */
+	size_t question = strlen(name) + 2 + 4, room;
+
+	if (HEADER_LEN + question >= ANSWER_MAX)
+		return 0;
+	room = (ANSWER_MAX - HEADER_LEN - question) / (RECORD_LEN + len);
+	return count < (int)room ? count : (int)room;
+}
+
 static void
 resolved_cb(int result, char type, int count, int ttl, void *addresses,
     void *arg)
 {
 	struct egress_query *q = arg;
 	const char *name;
+	size_t len;
 
 	q->creq = NULL;
 	if (q->eg == NULL) {
 		free(q);
+		return;
+	}
+	/* A name without records of the type asked is no failure. */
+	if (result == DNS_ERR_NODATA) {
+		respond(q, DNS_ERR_NONE);
 		return;
 	}
 	if (result != DNS_ERR_NONE) {
@@ -183,12 +260,20 @@ resolved_cb(int result, char type, int count, int ttl, void *addresses,
 		return;
 	}
 	name = q->sreq->questions[0]->name;
-	if (type == DNS_IPv4_A && count > 0)
-		evdns_server_request_add_a_reply(q->sreq, name, count, addresses,
-		    ttl);
-	else if (type == DNS_IPv6_AAAA && count > 0)
-		evdns_server_request_add_aaaa_reply(q->sreq, name, count,
-		    addresses, ttl);
+	/* evdns hands upstream's 32-bit TTL over as an int. */
+	if (ttl < 0)
+		ttl = 0;
+	if (ttl > EGRESS_MAX_TTL)
+		ttl = EGRESS_MAX_TTL;
+	len = type == DNS_IPv4_A ? 4 : 16;
+	count = answer_fits(name, count, len);
+	/* A record per address: evdns's add_a_reply(n) writes n addresses
+	 * into one record, which resolvers take for a broken answer. */
+	for (int i = 0; i < count; i++)
+		evdns_server_request_add_reply(q->sreq, EVDNS_ANSWER_SECTION,
+		    name, type == DNS_IPv4_A ? EVDNS_TYPE_A : EVDNS_TYPE_AAAA,
+		    EVDNS_CLASS_INET, ttl, (int)len, 0,
+		    (const char *)addresses + (size_t)i * len);
 	if (q->verdict == EGRESS_ALLOW && count > 0)
 		allow_addresses(q, type, count, ttl, addresses);
 	else

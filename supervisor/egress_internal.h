@@ -77,6 +77,9 @@ struct egress {
 int egress_dns_init(struct event_base *base, const char *servers,
     struct error *err);
 void egress_dns_shutdown(void);
+/* Keep from sock what the resolver must never read (a socket filter),
+ * before it is bound: 0, or -1 with errno. */
+int egress_dns_filter(int sock);
 /* Serve e's resolver on sock (taken over). */
 void egress_dns_start(struct egress *e, int sock);
 /* Its queries dropped, its socket closed. */

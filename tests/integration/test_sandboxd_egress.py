@@ -112,6 +112,53 @@ print(first, get())
 '''
 
 
+# Run inside a sandbox: each argument NAME:QTYPE asked of the sandbox's
+# resolver, or raw:HEX sent to it as it is; for each what came back: the
+# rcode, the truncated bit, the number of answers and their longest TTL,
+# or "timeout".
+ASK = r'''
+import json, socket, struct, sys
+def ask(packet, wait):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(wait)
+    s.connect(("127.0.0.53", 53))
+    s.send(packet)
+    try:
+        data = s.recv(4096)
+    except socket.timeout:
+        return "timeout"
+    flags, qd, an = struct.unpack(">HHH", data[2:8])
+    i = 12
+    for _ in range(qd):
+        while data[i]:
+            i += 1 + data[i]
+        i += 5
+    ttls = []
+    for _ in range(an):
+        if data[i] & 0xc0:
+            i += 2
+        else:
+            while data[i]:
+                i += 1 + data[i]
+            i += 1
+        ttl, size = struct.unpack(">IH", data[i + 4:i + 10])
+        ttls.append(ttl)
+        i += 10 + size
+    return {"rcode": flags & 15, "tc": bool(flags & 0x200), "answers": an,
+            "ttl": max(ttls, default=None)}
+out = {}
+for arg in sys.argv[1:]:
+    kind, _, rest = arg.partition(":")
+    if kind == "raw":
+        out[arg] = ask(bytes.fromhex(rest), 3)
+        continue
+    q = b"".join(bytes([len(x)]) + x.encode() for x in kind.split("."))
+    out[arg] = ask(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+                   + q + b"\x00" + struct.pack(">HH", int(rest), 1), 8)
+print(json.dumps(out))
+'''
+
+
 def run_py(sb, name, script, *args):
     code = base64.b64encode(script.encode()).decode()
     path = f"/tmp/{hashlib.sha256(code.encode()).hexdigest()[:12]}.py"
@@ -444,3 +491,34 @@ def test_an_adopted_sandbox_is_policed_again(start_sandboxd, base_tag, world,
                    f"{PRIVATE}:80": f"open here {PRIVATE}",
                    f"{METADATA}:80": "refused"}
     s2.post("/cleanup", {})
+
+
+def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
+    """A datagram shorter than a DNS header (libevent 2.1's server
+    dereferenced NULL on one: sandboxd died) is dropped, and the resolver
+    goes on answering; a name without records of the type asked is
+    NOERROR, not SERVFAIL; an answer of more addresses than fit in 512
+    bytes holds those that fit, untruncated, one record each, and the
+    name works; an upstream TTL of 2^31 - 1 reaches the sandbox cut to a
+    day, one of 2^32 - 1 as 0 (RFC 2181: the top bit set is 0)."""
+    box = create(egressd)["container_name"]
+    got = json.loads(run_py(egressd, box, ASK, "raw:1234010000",
+                            "public.test:28", "public.test:1", "many.test:1",
+                            "huge.test:1", "wrap.test:1"))
+    assert got["raw:1234010000"] == "timeout"
+    assert got["public.test:28"] == {"rcode": 0, "tc": False, "answers": 0,
+                                     "ttl": None}
+    assert got["public.test:1"] == {"rcode": 0, "tc": False, "answers": 1,
+                                    "ttl": 30}
+    assert got["many.test:1"] == {"rcode": 0, "tc": False, "answers": 30,
+                                  "ttl": 30}, got
+    assert got["huge.test:1"]["ttl"] == 86400, got
+    assert got["wrap.test:1"]["ttl"] == 0, got
+    assert egressd.get("/v1/sandboxes").status_code == 200
+    # An allowed name with many addresses: those answered are let in.
+    many = create(egressd, network={"internet": False,
+                                    "allow_out": ["many.test"]})
+    got = probe(egressd, many["container_name"], "many.test:80",
+                f"{PUBLIC}:80")
+    assert got == {"many.test:80": f"open here {PUBLIC2}",
+                   f"{PUBLIC}:80": "refused"}
