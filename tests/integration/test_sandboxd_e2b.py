@@ -264,8 +264,11 @@ def test_errors_are_e2bs(e2b):
     assert e["statusCode"] == 404 and "no-such-template" in e["message"], e
     assert err(lines[1])["name"] == "SandboxNotFoundError"
     assert ok(lines[2]) is False
+    # base has no network: nothing to deny or allow (the egress tests
+    # have a type with one).
     e = err(lines[3])
     assert e["statusCode"] == 400 and "network" in e["message"], e
+    assert "sandbox type 'base', which has no network" in e["message"], e
     e = err(lines[4])
     assert e["name"] == "SandboxError" and "mcp" in e["message"], e
     e = err(lines[5])
@@ -291,13 +294,15 @@ def test_errors_are_e2bs(e2b):
     for method, path, what in (
             ("POST", f"/sandboxes/{sid}/fork", "fork"),
             ("POST", f"/sandboxes/{sid}/snapshots", "snapshots"),
-            ("PUT", f"/sandboxes/{sid}/network", "network"),
             ("GET", "/snapshots", "snapshots"),
             ("DELETE", "/templates/x", "templates"),
             ("GET", f"/v2/sandboxes/{sid}/logs", "logs")):
         r = api(e2b, method, path, {})
         assert r.status_code == 501, (path, r.text)
         assert r.json()["code"] == 501 and what in r.json()["message"]
+    r = api(e2b, "PUT", f"/sandboxes/{sid}/network", {"allowOut": ["a.b"]})
+    assert r.status_code == 400, r.text
+    assert "'base', which has no network" in r.json()["message"], r.text
     r = api(e2b, "POST", f"/sandboxes/{sid}/pause", {"memory": False})
     assert r.status_code == 400 and "memory" in r.json()["message"]
     # A path that spells the prefix only once decoded names no route.

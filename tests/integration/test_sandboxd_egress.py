@@ -10,7 +10,8 @@ the gateway, another sandbox, the host's own addresses and any name
 server but its own; lists set at create and changed live open and close
 addresses and names; an allowed name that resolves into a private range
 stays refused; root in a root-mode sandbox cannot flush the rules; and
-nothing is left behind.
+nothing is left behind. E2B's SDK sets and changes the same lists
+(allowOut, denyOut, allowInternetAccess).
 """
 import base64
 import hashlib
@@ -27,6 +28,7 @@ from egress_world import (METADATA, PRIVATE, PUBLIC, PUBLIC2, ROUTER_DNS,
 from sandboxd_fixtures import (BUILD_IMAGE, base_tag, minimal_tag,  # noqa
                                start_sandboxd, scratch, wait_until,
                                write_types)
+from test_sandboxd_e2b import KEY, err, ok, run
 
 # Run inside a sandbox: each argument HOST:PORT (a name or an address) is
 # connected to over TCP and sent an HTTP GET, or dns:ADDR asked for a name
@@ -491,6 +493,74 @@ def test_an_adopted_sandbox_is_policed_again(start_sandboxd, base_tag, world,
                    f"{PRIVATE}:80": f"open here {PRIVATE}",
                    f"{METADATA}:80": "refused"}
     s2.post("/cleanup", {})
+
+
+def test_e2bs_network_options(start_sandboxd, base_tag, world, scratch):
+    """E2B's SDK, unchanged: Sandbox.create({network: {allowOut,
+    denyOut}}) and allowInternetAccess are the sandbox's egress lists,
+    updateNetwork replaces them live (what it omits is cleared), getInfo
+    shows the policy in force; what sandboxd lacks is refused naming it,
+    and a template without a network says so."""
+    s = start_sandboxd(tag=base_tag, token=KEY, env=world.sandboxd_env(),
+                       args=["--types", write_types(scratch(), TYPES)])
+    made, info = run(s, [
+        {"op": "create", "template": "netbox", "opts": {"network": {
+            "denyOut": ["0.0.0.0/0"], "allowOut": [PUBLIC2, "allowed.test"]}}},
+        {"op": "info"}])
+    sid = ok(made)["sandboxId"]
+    info = ok(info)
+    assert info["allowInternetAccess"] is True
+    assert info["network"] == {"allowOut": [f"{PUBLIC2}/32", "allowed.test"],
+                               "denyOut": ["0.0.0.0/0"]}, info
+    got = probe(s, sid, f"{PUBLIC2}:80", "allowed.test:80", f"{PUBLIC}:80",
+                f"{PRIVATE}:80")
+    assert got == {f"{PUBLIC2}:80": f"open here {PUBLIC2}",
+                   "allowed.test:80": f"open here {PUBLIC2}",
+                   f"{PUBLIC}:80": "refused", f"{PRIVATE}:80": "refused"}
+
+    # Internet off: E2B's denyOut of everything, the lists cleared too.
+    lines = run(s, [{"op": "connect", "id": sid},
+                    {"op": "update_network",
+                     "network": {"allowInternetAccess": False}},
+                    {"op": "info"}])
+    assert ok(lines[1]) is None
+    assert ok(lines[2])["allowInternetAccess"] is False
+    assert ok(lines[2])["network"] == {"allowOut": [], "denyOut": []}
+    got = probe(s, sid, f"{PUBLIC2}:80", "public.test:80")
+    assert got == {f"{PUBLIC2}:80": "refused", "public.test:80": "noname"}
+    # What an update omits is cleared: the internet is back.
+    lines = run(s, [{"op": "connect", "id": sid},
+                    {"op": "update_network",
+                     "network": {"denyOut": [f"{PUBLIC2}/32"]}},
+                    {"op": "info"}])
+    assert ok(lines[2])["allowInternetAccess"] is True
+    got = probe(s, sid, f"{PUBLIC}:80", f"{PUBLIC2}:80")
+    assert got == {f"{PUBLIC}:80": f"open here {PUBLIC}",
+                   f"{PUBLIC2}:80": "refused"}
+
+    closed, closed_info, proxy, rules, base, base_update = run(s, [
+        {"op": "create", "template": "netbox", "as": "closed",
+         "opts": {"allowInternetAccess": False}},
+        {"op": "info", "sb": "closed"},
+        {"op": "create", "template": "netbox", "as": "x", "opts": {
+            "network": {"egressProxy": {"address": "proxy.test:1080"}}}},
+        {"op": "create", "template": "netbox", "as": "x", "opts": {
+            "network": {"rules": {"api.test": [
+                {"transform": {"headers": {"A": "b"}}}]}}}},
+        {"op": "create", "template": "base", "as": "base",
+         "opts": {"network": {"allowOut": [PUBLIC]}}},
+        {"op": "update_network", "sb": "closed",
+         "network": {"allowOut": [PUBLIC], "rules": {"api.test": [{}]}}},
+    ])
+    assert ok(closed_info)["allowInternetAccess"] is False
+    got = probe(s, ok(closed)["sandboxId"], f"{PUBLIC}:80", "public.test:80")
+    assert got == {f"{PUBLIC}:80": "refused", "public.test:80": "noname"}
+    for line, what in ((proxy, "network.egressProxy"),
+                       (rules, "network.rules"),
+                       (base, "sandbox type 'base', which has no network"),
+                       (base_update, "network.rules")):
+        e = err(line)
+        assert e["statusCode"] == 400 and what in e["message"], e
 
 
 def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
