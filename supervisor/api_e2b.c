@@ -528,12 +528,14 @@ sampled_cb(struct sandbox *sb, const struct sandbox_stats *st,
 	    now <= m->end + 1)) {
 		api_e2b_time(now, ts);
 		json_array_append_new(list, json_pack("{s:s,s:I,s:i,s:f,s:I,"
-		    "s:I,s:I,s:i,s:i}", "timestamp", ts, "timestampUnix",
+		    "s:I,s:I,s:I,s:I}", "timestamp", ts, "timestampUnix",
 		    (json_int_t)now, "cpuCount", (int)st->cpu_count,
 		    "cpuUsedPct", st->cpu_used_pct, "memUsed",
 		    (json_int_t)st->mem_used, "memTotal",
 		    (json_int_t)st->mem_total, "memCache",
-		    (json_int_t)st->mem_cache, "diskUsed", 0, "diskTotal", 0));
+		    (json_int_t)st->mem_cache, "diskUsed",
+		    (json_int_t)st->disk_used, "diskTotal",
+		    (json_int_t)st->disk_total));
 	}
 	http_reply_json(m->req, 200, list);
 	free(m);
