@@ -22,6 +22,13 @@
  * TCP): an answer holds the addresses that fit in 512 bytes, and only
  * those are let in.
  *
+ * An allowed name's addresses cost an nft transaction in the sandbox's
+ * namespace (tens of ms, on the one worker every sandbox shares), so the
+ * resolver remembers until when each address it let in stays there: an
+ * answer whose addresses all stay long enough goes without one, its TTL
+ * cut to what is left, and a name asked again and again renews its
+ * addresses at most every half TTL.
+ *
  * Both sides are hostile: the sandbox writes the queries, and upstream's
  * answers are of names the sandbox may control. Queries are bounded (64
  * of a sandbox waiting upstream, no more of all of them than evdns sends
@@ -60,6 +67,12 @@
  * length. */
 #define HEADER_LEN 12
 #define RECORD_LEN 12
+/* Seconds a program has to connect after its answer: an address left in
+ * for less is let in again. */
+#define CONNECT_MARGIN 2.0
+/* Addresses a sandbox's resolver remembers; past them every answer goes
+ * to the worker, as it would without. */
+#define REMEMBERED_MAX 4096
 
 static struct evdns_base *upstream;
 /* Addresses the worker could not add, and evdns's own complaints (an
@@ -77,6 +90,12 @@ struct egress_query {
 	struct evdns_request *creq;	/* while upstream has it */
 	struct egress_job *job;		/* while its addresses go in */
 	enum egress_verdict verdict;
+	/* With job: the addresses ("4 ADDR"), until when they stay on the
+	 * monotonic clock, and the names sets' flushes then. */
+	char **addrs;
+	size_t naddrs;
+	double until;
+	unsigned flushes;
 };
 
 /* evdns would log to stderr, a line for each packet it cannot handle;
@@ -148,6 +167,16 @@ egress_dns_shutdown(void)
 	upstream = NULL;
 }
 
+/* Freed, out of its sandbox's list or not. */
+static void
+query_release(struct egress_query *q)
+{
+	for (size_t i = 0; i < q->naddrs; i++)
+		free(q->addrs[i]);
+	free(q->addrs);
+	free(q);
+}
+
 static void
 query_free(struct egress_query *q)
 {
@@ -155,7 +184,54 @@ query_free(struct egress_query *q)
 		LIST_REMOVE(q, entry);
 		q->eg->nqueries--;
 	}
-	free(q);
+	query_release(q);
+}
+
+/* That addr stays in the sandbox's set until then. */
+static void
+remember(struct egress *e, const char *addr, double until)
+{
+	double now = sandboxd_monotonic();
+	const char *k;
+	json_t *v, *tmp;
+
+	if (e->names_in == NULL)
+		e->names_in = json_object();
+	if (json_object_size(e->names_in) >= REMEMBERED_MAX) {
+		json_object_foreach_safe(e->names_in, tmp, k, v) {
+			if (json_real_value(v) <= now)
+				json_object_del(e->names_in, k);
+		}
+	}
+	if (json_object_size(e->names_in) < REMEMBERED_MAX ||
+	    json_object_get(e->names_in, addr) != NULL)
+		json_object_set_new(e->names_in, addr, json_real(until));
+}
+
+/* Seconds the least of addrs stays in the set; -1 when one is not known
+ * to be there. */
+static double
+remembered(const struct egress *e, char *const *addrs, size_t n)
+{
+	double now = sandboxd_monotonic(), left = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_object_get(e->names_in, addrs[i]);
+
+		if (v == NULL || json_real_value(v) <= now)
+			return -1;
+		if (i == 0 || json_real_value(v) - now < left)
+			left = json_real_value(v) - now;
+	}
+	return left;
+}
+
+void
+egress_dns_names_flushed(struct egress *e)
+{
+	e->names_flushes++;
+	json_decref(e->names_in);
+	e->names_in = NULL;
 }
 
 /* libevent 2.1 keeps a request it could not send at once (EAGAIN, or an
@@ -183,18 +259,39 @@ names_in_cb(struct egress_job *job, void *arg)
 	if (job->rc < 0)
 		log_rate_msg(&names_rate, LOG_WARN, "sandbox %s: resolved "
 		    "addresses not allowed: %s", q->eg->name, job->msg);
+	/* Not after a flush that came behind it. */
+	else if (q->flushes == q->eg->names_flushes)
+		for (size_t i = 0; i < q->naddrs; i++)
+			remember(q->eg, q->addrs[i], q->until);
 	respond(q, job->rc < 0 ? DNS_ERR_SERVERFAILED : DNS_ERR_NONE);
 }
 
-/* The addresses of an allowed name into the sandbox's sets; then the
+/* The answer's records, one per address. evdns's add_a_reply(n) would
+ * write n addresses into one record, which resolvers take for a broken
  * answer. */
+static void
+add_records(struct egress_query *q, char type, int count, int ttl,
+    const void *addresses)
+{
+	size_t len = type == DNS_IPv4_A ? 4 : 16;
+
+	for (int i = 0; i < count; i++)
+		evdns_server_request_add_reply(q->sreq, EVDNS_ANSWER_SECTION,
+		    q->sreq->questions[0]->name, type == DNS_IPv4_A ?
+		    EVDNS_TYPE_A : EVDNS_TYPE_AAAA, EVDNS_CLASS_INET, ttl,
+		    (int)len, 0, (const char *)addresses + (size_t)i * len);
+}
+
+/* The addresses of an allowed name into the sandbox's sets, unless they
+ * stay there long enough already; then the answer. */
 static void
 allow_addresses(struct egress_query *q, char type, int count, int ttl,
     const void *addresses)
 {
-	const char **v = xcalloc((size_t)count + 1, sizeof *v);
+	char **v = xcalloc((size_t)count + 1, sizeof *v);
 	size_t n = 0, len = type == DNS_IPv4_A ? 4 : 16;
 	int family = type == DNS_IPv4_A ? 4 : 6;
+	double left;
 
 	for (int i = 0; i < count; i++) {
 		const unsigned char *a = (const unsigned char *)addresses +
@@ -209,16 +306,24 @@ allow_addresses(struct egress_query *q, char type, int count, int ttl,
 		    sizeof text - 2);
 		v[n++] = xstrdup(text);
 	}
-	if (n == 0) {
-		free(v);
+	q->addrs = v;
+	q->naddrs = n;
+	left = n > 0 ? remembered(q->eg, v, n) : 0;
+	/* Long enough: the answer may be kept as long as they stay, and
+	 * comes with at least half its TTL. */
+	if (n == 0 || left >= (ttl / 2.0 > CONNECT_MARGIN ? ttl / 2.0 :
+	    CONNECT_MARGIN)) {
+		add_records(q, type, count, n == 0 || left >= ttl ? ttl :
+		    (int)left, addresses);
 		respond(q, DNS_ERR_NONE);
 		return;
 	}
+	add_records(q, type, count, ttl, addresses);
+	q->until = sandboxd_monotonic() + (ttl > EGRESS_MIN_TTL ? ttl :
+	    EGRESS_MIN_TTL);
+	q->flushes = q->eg->names_flushes;
 	q->job = egress_nft_job(q->eg->netns, names_in_cb, q);
-	q->job->script = egress_rules_names(v, n, ttl);
-	for (size_t i = 0; i < n; i++)
-		free((char *)v[i]);
-	free(v);
+	q->job->script = egress_rules_names((const char *const *)v, n, ttl);
 	egress_nft_submit(q->job);
 }
 
@@ -242,11 +347,10 @@ resolved_cb(int result, char type, int count, int ttl, void *addresses,
 {
 	struct egress_query *q = arg;
 	const char *name;
-	size_t len;
 
 	q->creq = NULL;
 	if (q->eg == NULL) {
-		free(q);
+		query_release(q);
 		return;
 	}
 	/* A name without records of the type asked is no failure. */
@@ -265,19 +369,13 @@ resolved_cb(int result, char type, int count, int ttl, void *addresses,
 		ttl = 0;
 	if (ttl > EGRESS_MAX_TTL)
 		ttl = EGRESS_MAX_TTL;
-	len = type == DNS_IPv4_A ? 4 : 16;
-	count = answer_fits(name, count, len);
-	/* A record per address: evdns's add_a_reply(n) writes n addresses
-	 * into one record, which resolvers take for a broken answer. */
-	for (int i = 0; i < count; i++)
-		evdns_server_request_add_reply(q->sreq, EVDNS_ANSWER_SECTION,
-		    name, type == DNS_IPv4_A ? EVDNS_TYPE_A : EVDNS_TYPE_AAAA,
-		    EVDNS_CLASS_INET, ttl, (int)len, 0,
-		    (const char *)addresses + (size_t)i * len);
-	if (q->verdict == EGRESS_ALLOW && count > 0)
+	count = answer_fits(name, count, type == DNS_IPv4_A ? 4 : 16);
+	if (q->verdict == EGRESS_ALLOW && count > 0) {
 		allow_addresses(q, type, count, ttl, addresses);
-	else
-		respond(q, DNS_ERR_NONE);
+		return;
+	}
+	add_records(q, type, count, ttl, addresses);
+	respond(q, DNS_ERR_NONE);
 }
 
 /* The name asked, lower case, without a final dot; NULL when it is no
@@ -369,15 +467,17 @@ egress_dns_stop(struct egress *e)
 		evdns_server_request_drop(q->sreq);
 		if (q->job != NULL) {
 			egress_nft_cancel(q->job);
-			free(q);
+			query_release(q);
 		} else if (q->creq != NULL) {
 			/* Its callback runs later, with DNS_ERR_CANCEL, and
 			 * frees it. */
 			evdns_cancel_request(upstream, q->creq);
 		} else {
-			free(q);
+			query_release(q);
 		}
 	}
+	json_decref(e->names_in);
+	e->names_in = NULL;
 	e->nqueries = 0;
 	if (e->port != NULL)
 		evdns_close_server_port(e->port);

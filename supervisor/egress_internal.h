@@ -71,6 +71,11 @@ struct egress {
 	struct evdns_server_port *port;
 	LIST_HEAD(, egress_query) queries;
 	size_t nqueries;
+	/* The addresses it let into the names sets ("4 ADDR"), each until
+	 * when on the monotonic clock; and how often the sets were flushed
+	 * (egress_dns_names_flushed). */
+	json_t *names_in;
+	unsigned names_flushes;
 };
 
 /* egress_dns.c */
@@ -82,7 +87,10 @@ void egress_dns_shutdown(void);
 int egress_dns_filter(int sock);
 /* Serve e's resolver on sock (taken over). */
 void egress_dns_start(struct egress *e, int sock);
-/* Its queries dropped, its socket closed. */
+/* Its queries dropped, its socket closed, what it let in forgotten. */
 void egress_dns_stop(struct egress *e);
+/* The names sets are flushed (an install that keeps no names): nothing
+ * let in before is there any longer. */
+void egress_dns_names_flushed(struct egress *e);
 
 #endif

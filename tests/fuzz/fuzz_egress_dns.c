@@ -19,7 +19,7 @@
  * 2-byte length, the packet. Kinds: a query from the sandbox; an answer
  * from upstream (optionally given the ID, and the question, of the
  * oldest query upstream has not answered); the resolver stopped and
- * started again.
+ * started again; the names sets flushed (a change of the policy).
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -42,8 +43,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The process-wide state the archive's modules name. */
+/* The process-wide state the archive's modules name, and its clock
+ * (sandbox.c's would bring the whole sandbox table). */
 struct sandboxd sd;
+
+double
+sandboxd_monotonic(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 #define PACKET_MAX 1500
 #define KEPT 16
@@ -353,6 +364,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			resolver_start();
 			break;
 		default:
+			egress_dns_names_flushed(&eg);
 			break;
 		}
 		at += len;

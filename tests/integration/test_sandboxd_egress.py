@@ -570,7 +570,9 @@ def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     NOERROR, not SERVFAIL; an answer of more addresses than fit in 512
     bytes holds those that fit, untruncated, one record each, and the
     name works; an upstream TTL of 2^31 - 1 reaches the sandbox cut to a
-    day, one of 2^32 - 1 as 0 (RFC 2181: the top bit set is 0)."""
+    day, one of 2^32 - 1 as 0 (RFC 2181: the top bit set is 0); an
+    allowed name asked again while its address stays let in is answered
+    with no longer a TTL than it stays."""
     box = create(egressd)["container_name"]
     got = json.loads(run_py(egressd, box, ASK, "raw:1234010000",
                             "public.test:28", "public.test:1", "many.test:1",
@@ -587,8 +589,19 @@ def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     assert egressd.get("/v1/sandboxes").status_code == 200
     # An allowed name with many addresses: those answered are let in.
     many = create(egressd, network={"internet": False,
-                                    "allow_out": ["many.test"]})
+                                    "allow_out": ["many.test",
+                                                  "allowed.test"]})
     got = probe(egressd, many["container_name"], "many.test:80",
                 f"{PUBLIC}:80")
     assert got == {"many.test:80": f"open here {PUBLIC2}",
                    f"{PUBLIC}:80": "refused"}
+    # Asked again while its address stays let in: answered at once, with
+    # no longer a TTL than it stays, and it still connects.
+    first, again = (json.loads(run_py(egressd, many["container_name"], ASK,
+                                      "allowed.test:1"))["allowed.test:1"]
+                    for _ in range(2))
+    # (many.test let its address in already: the same as allowed.test's.)
+    assert first["answers"] == again["answers"] == 1, (first, again)
+    assert 2 <= again["ttl"] <= first["ttl"] <= 30, (first, again)
+    got = probe(egressd, many["container_name"], "allowed.test:80")
+    assert got == {"allowed.test:80": f"open here {PUBLIC2}"}
