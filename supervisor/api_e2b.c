@@ -355,8 +355,8 @@ fail:
 
 /* One sandbox. */
 
-static void
-killed_cb(struct sandbox *sb, const struct error *err, void *arg)
+void
+api_e2b_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	(void)sb;
 	if (err != NULL)
@@ -654,7 +654,7 @@ sandbox_route(struct http_request *req, const struct e2b_path *p,
 	} else if (*action == '\0' && method == HTTP_METHOD_GET) {
 		http_reply_json(req, 200, api_e2b_detail_json(sb, 1));
 	} else if (*action == '\0' && method == HTTP_METHOD_DELETE) {
-		lifecycle_release(sb, killed_cb, req);
+		lifecycle_release(sb, api_e2b_done_cb, req);
 	} else if (strcmp(action, "timeout") == 0 && !p->v2 &&
 	    method == HTTP_METHOD_POST) {
 		route_timeout(req, sb, 0);

@@ -45,6 +45,9 @@ enum api_e2b_token {
 /* Whether a field is absent or its SDK's "not asked for" value (null,
  * false, {}, []). */
 int api_e2b_unset(json_t *v);
+/* A sandbox_done_cb whose arg is the request: 204, or the error. */
+void api_e2b_done_cb(struct sandbox *sb, const struct error *err,
+    void *arg);
 
 /* api_e2b_list.c: GET /e2b/v2/sandboxes (v2) and /e2b/sandboxes. */
 void api_e2b_list(struct http_request *req, int v2);

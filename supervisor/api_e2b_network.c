@@ -143,16 +143,6 @@ api_e2b_network_create(json_t *body, const struct sandbox_type *type,
 	return 0;
 }
 
-static void
-network_set_cb(struct sandbox *sb, const struct error *err, void *arg)
-{
-	(void)sb;
-	if (err != NULL)
-		api_e2b_reply_err(arg, err);
-	else
-		http_reply_empty(arg, 204);
-}
-
 void
 api_e2b_network_put(struct http_request *req, struct sandbox *sb,
     json_t *body)
@@ -183,7 +173,7 @@ api_e2b_network_put(struct http_request *req, struct sandbox *sb,
 	}
 	/* Everything omitted is cleared: no lists of its own. */
 	lifecycle_set_network(sb, net != NULL ? net : json_object(),
-	    network_set_cb, req);
+	    api_e2b_done_cb, req);
 }
 
 void
