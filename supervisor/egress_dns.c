@@ -378,16 +378,18 @@ resolved_cb(int result, char type, int count, int ttl, void *addresses,
 	respond(q, DNS_ERR_NONE);
 }
 
-/* The name asked, lower case, without a final dot; NULL when it is no
- * name at all. */
+/* The name asked, lower case; -1 when it is no name at all. evdns joins
+ * the labels with dots, and a label may hold dots itself: one that makes
+ * an empty label ("x.", ".") would be asked upstream as the name before
+ * it ("evil.example." + "allowed.test" asks for evil.example), not the
+ * one judged. */
 static int
 question_name(const char *asked, char *out, size_t size)
 {
 	size_t n = strlen(asked);
 
-	if (n > 0 && asked[n - 1] == '.')
-		n--;
-	if (n == 0 || n >= size)
+	if (n == 0 || n >= size || asked[0] == '.' || asked[n - 1] == '.' ||
+	    strstr(asked, "..") != NULL)
 		return -1;
 	for (size_t i = 0; i < n; i++)
 		out[i] = (char)tolower((unsigned char)asked[i]);

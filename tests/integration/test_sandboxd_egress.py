@@ -563,6 +563,11 @@ def test_e2bs_network_options(start_sandboxd, base_tag, world, scratch):
         assert e["statusCode"] == 400 and what in e["message"], e
 
 
+# A query for "leak-data.test." + "allowed" + "test" (one label holding
+# dots).
+HEXQ = "1234010000010000000000000f6c65616b2d646174612e746573742e07616c6c6f77656404746573740000010001"
+
+
 def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     """A datagram shorter than a DNS header (libevent 2.1's server
     dereferenced NULL on one: sandboxd died) is dropped, and the resolver
@@ -572,7 +577,8 @@ def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     name works; an upstream TTL of 2^31 - 1 reaches the sandbox cut to a
     day, one of 2^32 - 1 as 0 (RFC 2181: the top bit set is 0); an
     allowed name asked again while its address stays let in is answered
-    with no longer a TTL than it stays."""
+    with no longer a TTL than it stays; a name is asked upstream as it
+    was judged."""
     box = create(egressd)["container_name"]
     got = json.loads(run_py(egressd, box, ASK, "raw:1234010000",
                             "public.test:28", "public.test:1", "many.test:1",
@@ -589,8 +595,8 @@ def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     assert egressd.get("/v1/sandboxes").status_code == 200
     # An allowed name with many addresses: those answered are let in.
     many = create(egressd, network={"internet": False,
-                                    "allow_out": ["many.test",
-                                                  "allowed.test"]})
+                                    "allow_out": ["many.test", "allowed.test",
+                                                  "*.allowed.test"]})
     got = probe(egressd, many["container_name"], "many.test:80",
                 f"{PUBLIC}:80")
     assert got == {"many.test:80": f"open here {PUBLIC2}",
@@ -605,3 +611,11 @@ def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
     assert 2 <= again["ttl"] <= first["ttl"] <= 30, (first, again)
     got = probe(egressd, many["container_name"], "allowed.test:80")
     assert got == {"allowed.test:80": f"open here {PUBLIC2}"}
+    # A label holding dots: "leak-data.test." then "allowed", "test"
+    # reads as a name under *.allowed.test, but would be asked upstream
+    # as leak-data.test (its empty label ends the name there), a name on
+    # no list, which the internet off must keep in: refused, not asked.
+    raw = "raw:" + HEXQ
+    got = json.loads(run_py(egressd, many["container_name"], ASK, raw))
+    assert got[raw] == {"rcode": 5, "tc": False, "answers": 0, "ttl": None}
+    assert "leak-data.test" not in world.asked()
