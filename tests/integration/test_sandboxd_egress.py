@@ -103,7 +103,14 @@ req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 def get():
     try:
         s.sendall(req)
-        return "open" if b"here" in s.recv(4096) else "empty"
+        data = b""
+        # The head and the body may come apart.
+        while b"here" not in data:
+            piece = s.recv(4096)
+            if not piece:
+                return "empty"
+            data += piece
+        return "open"
     except OSError as e:
         return "error %d" % e.errno
 first = get()
