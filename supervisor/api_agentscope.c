@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "json_util.h"
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define CHECK_HEALTH_TIMEOUT 5.0

@@ -30,6 +30,7 @@
 #include <event2/buffer.h>
 
 #include "json_util.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define MAX_SEGMENTS 6

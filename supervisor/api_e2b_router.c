@@ -33,6 +33,7 @@
 #include <nettle/sha2.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define ENVD_PORT	"49983"

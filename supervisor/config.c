@@ -19,6 +19,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define C(field) (&cfg_target.field)

@@ -21,6 +21,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* Told when a release ends; owned by the sandbox's waiter list. */

@@ -19,6 +19,7 @@
 #include "lifecycle_internal.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* How often a starting container is asked whether it died. */

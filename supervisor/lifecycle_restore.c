@@ -14,6 +14,7 @@
 #include "lifecycle_internal.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 
 /* How often a restore looks again for a release of its storage_path. */
 #define HOLDER_POLL 0.2

@@ -21,6 +21,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "spawn.h"
 #include "xmalloc.h"
 

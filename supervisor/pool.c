@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define BACKOFF_FIRST 1.0

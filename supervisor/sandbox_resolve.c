@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared.h"
+
 struct sandbox *
 sandbox_resolve(const char *identity)
 {

@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* Activity is saved to the state file at this granularity, not on every
