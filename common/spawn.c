@@ -59,6 +59,8 @@ struct spawn {
 
 static LIST_HEAD(, spawn) spawn_children = LIST_HEAD_INITIALIZER(spawn_children);
 static struct event *spawn_sigchld;
+static void (*orphan_cb)(pid_t, int, void *);
+static void *orphan_arg;
 
 static void spawn_check_done(struct spawn *sp);
 
@@ -78,8 +80,12 @@ sigchld_cb(evutil_socket_t sig, short what, void *arg)
 			if (sp->pid == pid)
 				break;
 		}
-		if (sp == NULL)
-			continue;	/* an orphan we inherited as PID 1 */
+		if (sp == NULL) {
+			/* An orphan we inherited as PID 1 or subreaper. */
+			if (orphan_cb != NULL)
+				orphan_cb(pid, status, orphan_arg);
+			continue;
+		}
 		if (sp->exited)
 			continue;	/* its keeper, which told the status */
 		sp->exited = 1;
@@ -99,6 +105,13 @@ spawn_init(struct event_base *base)
 	event_add(spawn_sigchld, NULL);
 	/* Children that exited before the handler was in place. */
 	sigchld_cb(SIGCHLD, 0, NULL);
+}
+
+void
+spawn_set_orphan_cb(void (*cb)(pid_t pid, int status, void *arg), void *arg)
+{
+	orphan_cb = cb;
+	orphan_arg = arg;
 }
 
 static void
@@ -267,9 +280,10 @@ arm_timeout(struct spawn *sp, double seconds)
 
 /* The child side's reports, read until exec closes the pipe, or (a
  * keeper's) until the command's pid, which comes after any errno: the pid
- * into *cmd; the errno if it failed, else 0. */
+ * into *cmd; the errno if it failed, else 0 (*in_setup: the caller's
+ * setup failed). */
 static int
-read_reports(int fd, pid_t *cmd)
+read_reports(int fd, pid_t *cmd, int *in_setup)
 {
 	struct spawn_msg msg;
 	int e = 0;
@@ -285,6 +299,7 @@ read_reports(int fd, pid_t *cmd)
 			*cmd = (pid_t)msg.value;
 			return e;
 		}
+		*in_setup = msg.kind == SPAWN_MSG_SETUP;
 		e = msg.value;
 	}
 }
@@ -344,7 +359,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e, in_setup = 0;
 	sigset_t all, old;
 	struct spawn *sp;
 	pid_t pid, cmd;
@@ -407,7 +422,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->async)
 		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
 	else
-		e = read_reports(errpipe[0], &cmd);
+		e = read_reports(errpipe[0], &cmd, &in_setup);
 	/* A keeper's pipe stays open for what it tells later. */
 	if (e != 0 || !o->new_group) {
 		close(errpipe[0]);
@@ -426,8 +441,12 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		for (int i = 0; i < 3; i++)
 			if (parent_fd[i] >= 0)
 				close(parent_fd[i]);
-		error_set_errno(err, e == ENOENT ? 404 : 500, e,
-		    "cannot execute %s", o->argv[0]);
+		if (in_setup)
+			error_set_errno(err, 500, e, "cannot set up %s",
+			    o->argv[0]);
+		else
+			error_set_errno(err, e == ENOENT ? 404 : 500, e,
+			    "cannot execute %s", o->argv[0]);
 		return NULL;
 	}
 

@@ -134,6 +134,10 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (o->setup != NULL && o->setup(o->setup_arg) < 0) {
+		report(errfd, SPAWN_MSG_SETUP, errno);
+		_exit(127);
+	}
 	if (o->cwd != NULL && chdir(o->cwd) < 0)
 		goto fail;
 	if (o->seccomp != NULL && drop_ptrace_cap() < 0)
