@@ -388,10 +388,11 @@ setup(int argc, char **argv)
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);
-	log_info("sandboxd %s: instance %s, state %s, workspaces %s, pools %s "
-	    "x%ld, %s", VERSION, state_instance(), sd.cfg.state_dir,
-	    sd.cfg.mount_dir, sd.cfg.default_type, sd.cfg.pool_size,
-	    sd.cfg.bearer_token != NULL ? "bearer auth" : "NO AUTH");
+	log_info("sandboxd %s: instance %s, sandboxes run by %s, state %s, "
+	    "workspaces %s, pools %s x%ld, %s", VERSION, state_instance(),
+	    sd.backend->ops->name, sd.cfg.state_dir, sd.cfg.mount_dir,
+	    sd.cfg.default_type, sd.cfg.pool_size, sd.cfg.bearer_token !=
+	    NULL ? "bearer auth" : "NO AUTH");
 	return -1;
 }
 

@@ -18,7 +18,8 @@
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
- * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
+ * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker) +
+ * backend_crun*.c + image_store.c (crun, no daemon),
  * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
  * sandboxd on one Redis, REDIS_ENABLED).
  */
@@ -63,7 +64,7 @@ struct sandboxd_config {
 	long pool_size;
 	int auto_cleanup;
 	char *prefix;			/* CONTAINER_PREFIX_KEY */
-	char *deployment;		/* only "docker" for now */
+	char *deployment;		/* "docker" or "crun" */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
 	char *storage_folder;		/* NULL: workspaces are not kept */
@@ -95,6 +96,13 @@ struct sandboxd_config {
 	char *state_dir;
 	char *types_file;
 	char *docker_host;
+	/* CONTAINER_DEPLOYMENT=crun (backend_crun.c checks them). */
+	char *image_store;		/* the image store's directory */
+	char *crun_bin;			/* the crun program */
+	char *cni_path;			/* the CNI plugins' directory */
+	char *bridge;			/* bridge types' host bridge */
+	char *bridge_subnet;		/* its addresses */
+	long crun_parallel;		/* crun calls at once; 0: auto */
 	double create_timeout;		/* seconds until a new agent must answer */
 	double health_interval;		/* seconds between health rounds */
 	double proxy_timeout;		/* seconds without progress, agent calls */

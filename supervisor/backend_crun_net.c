@@ -1,0 +1,365 @@
+/*
+ * The bridge network of crun sandboxes, through the CNI plugins Debian
+ * ships (containernetworking-plugins): a network namespace sandboxd makes
+ * for the sandbox (its loopback up), the `bridge` plugin giving it a veth
+ * on the host's bridge with an address from `host-local` (the host's NAT
+ * behind it: ipMasq), and `portmap` publishing the agent's port on
+ * host_ip:host_port. Each plugin is a child process of the job runner,
+ * given the network configuration on its stdin as the CNI specification
+ * says (1.0.0; we chain the two plugins ourselves).
+ *
+ * sandboxd holds a descriptor of the namespace for the sandbox's life:
+ * crun joins it by /proc/<sandboxd>/fd/<n>, and the bridge plugin's DEL
+ * needs it to find the address whose NAT rules it removes. After a
+ * restart a running sandbox's namespace is found through its first
+ * process.
+ *
+ * Egress policy (issue 26) attaches where crun_net_attach's ADD has
+ * answered (attached_cb): the sandbox's veth, address and namespace are
+ * known there, and the sandbox is not handed out before done runs.
+ */
+#include "backend_crun.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "xmalloc.h"
+
+#define CNI_VERSION "1.0.0"
+#define NETWORK_NAME "sandboxd"
+#define IFNAME "eth0"
+
+/* Owned by its sandbox (crun_box); crun_net_free frees it. */
+struct crun_net {
+	char *name;			/* CNI's container id */
+	int ns_fd;			/* -1: not ours (any more) */
+	char *ns_path;
+	char *ip;
+	json_t *result;			/* the bridge plugin's ADD answer */
+	char *host_ip;
+	int host_port, port;
+	int added;			/* bridge ADD done: DEL to undo */
+	int mapped;			/* portmap ADD done */
+};
+
+/* One plugin call in flight. */
+struct call {
+	struct crun_jobs *q;
+	const struct crun_net_config *cfg;
+	struct crun_net *n;
+	int del;
+	struct error err;		/* undoing: the first failure */
+	int failed;
+	crun_net_done_cb done;
+	void *arg;
+};
+
+static int
+bring_lo_up(void)
+{
+	struct ifreq ifr;
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rc = -1;
+
+	if (s < 0)
+		return -1;
+	memset(&ifr, 0, sizeof ifr);
+	memcpy(ifr.ifr_name, "lo", 3);
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	close(s);
+	return rc;
+}
+
+static void
+set_ns(struct crun_net *n, int fd)
+{
+	n->ns_fd = fd;
+	free(n->ns_path);
+	n->ns_path = fd >= 0 ? xasprintf("/proc/%d/fd/%d", (int)getpid(), fd) :
+	    NULL;
+}
+
+struct crun_net *
+crun_net_new(const char *name, struct error *err)
+{
+	int fd = crun_host_new_ns(CLONE_NEWNET, bring_lo_up);
+	struct crun_net *n;
+
+	if (fd < 0) {
+		error_set_errno(err, 500, errno, "crun: cannot make the "
+		    "sandbox's network namespace");
+		return NULL;
+	}
+	n = xcalloc(1, sizeof *n);
+	n->name = xstrdup(name);
+	set_ns(n, fd);
+	return n;
+}
+
+void
+crun_net_free(struct crun_net *n)
+{
+	if (n == NULL)
+		return;
+	if (n->ns_fd >= 0)
+		close(n->ns_fd);
+	free(n->name);
+	free(n->ns_path);
+	free(n->ip);
+	free(n->host_ip);
+	json_decref(n->result);
+	free(n);
+}
+
+const char *
+crun_net_ns_path(const struct crun_net *n)
+{
+	return n->ns_path;
+}
+
+const char *
+crun_net_ip(const struct crun_net *n)
+{
+	return n->ip;
+}
+
+void
+crun_net_adopt_ns(struct crun_net *n, pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
+	if (n->ns_fd < 0)
+		set_ns(n, open(path, O_RDONLY | O_CLOEXEC));
+}
+
+json_t *
+crun_net_save(const struct crun_net *n)
+{
+	return json_pack("{s:s,s:s?,s:O?,s:s?,s:i,s:i,s:b,s:b}", "name",
+	    n->name, "ip", n->ip, "result", n->result, "host_ip", n->host_ip,
+	    "host_port", n->host_port, "port", n->port, "added", n->added,
+	    "mapped", n->mapped);
+}
+
+struct crun_net *
+crun_net_load(json_t *saved)
+{
+	const char *name = json_string_value(json_object_get(saved, "name"));
+	const char *s;
+	struct crun_net *n;
+
+	if (name == NULL)
+		return NULL;
+	n = xcalloc(1, sizeof *n);
+	n->name = xstrdup(name);
+	n->ns_fd = -1;
+	if ((s = json_string_value(json_object_get(saved, "ip"))) != NULL)
+		n->ip = xstrdup(s);
+	if ((s = json_string_value(json_object_get(saved, "host_ip"))) != NULL)
+		n->host_ip = xstrdup(s);
+	n->result = json_incref(json_object_get(saved, "result"));
+	n->host_port = (int)json_integer_value(json_object_get(saved,
+	    "host_port"));
+	n->port = (int)json_integer_value(json_object_get(saved, "port"));
+	n->added = json_is_true(json_object_get(saved, "added"));
+	n->mapped = json_is_true(json_object_get(saved, "mapped"));
+	return n;
+}
+
+/* A plugin's network configuration (one of our chain of two). */
+static char *
+plugin_config(const struct crun_net_config *cfg, const struct crun_net *n,
+    const char *type)
+{
+	json_t *c;
+	char *text;
+
+	if (strcmp(type, "bridge") == 0) {
+		c = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:{s:s,s:[[{s:s}]],"
+		    "s:[{s:s}]}}", "cniVersion", CNI_VERSION, "name",
+		    NETWORK_NAME, "type", "bridge", "bridge", cfg->bridge,
+		    "isGateway", 1, "ipMasq", 1, "hairpinMode", 1, "ipam",
+		    "type", "host-local", "ranges", "subnet", cfg->subnet,
+		    "routes", "dst", "0.0.0.0/0");
+	} else {
+		c = json_pack("{s:s,s:s,s:s,s:{s:b},s:b,s:{s:[{s:i,s:i,s:s,"
+		    "s:s}]}}", "cniVersion", CNI_VERSION, "name", NETWORK_NAME,
+		    "type", "portmap", "capabilities", "portMappings", 1,
+		    "snat", 1, "runtimeConfig", "portMappings", "hostPort",
+		    n->host_port, "containerPort", n->port, "protocol", "tcp",
+		    "hostIP", n->host_ip != NULL ? n->host_ip : "127.0.0.1");
+		if (n->result != NULL)
+			json_object_set(c, "prevResult", n->result);
+	}
+	text = json_dumps(c, JSON_COMPACT);
+	json_decref(c);
+	return text;
+}
+
+static void plugin_done_cb(int status, const char *out, const char *errtext,
+    const struct error *fail, void *arg);
+
+static void
+run_plugin(struct call *call, const char *type, const char *command)
+{
+	struct crun_job_spec spec = { 0 };
+	char *path = xasprintf("%s/%s", call->cfg->cni_path, type);
+	char *env[7], *input = plugin_config(call->cfg, call->n, type);
+	const char *argv[] = { path, NULL };
+
+	env[0] = xasprintf("CNI_COMMAND=%s", command);
+	env[1] = xasprintf("CNI_CONTAINERID=%s", call->n->name);
+	env[2] = xasprintf("CNI_NETNS=%s", call->n->ns_path != NULL ?
+	    call->n->ns_path : "");
+	env[3] = xstrdup("CNI_IFNAME=" IFNAME);
+	env[4] = xasprintf("CNI_PATH=%s", call->cfg->cni_path);
+	/* The plugins run iptables. */
+	env[5] = xstrdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+	    "/usr/bin:/sbin:/bin");
+	env[6] = NULL;
+	spec.argv = argv;
+	spec.envp = (const char *const *)env;
+	spec.input = input;
+	spec.out_fd = -1;
+	spec.urgent = call->del;
+	crun_jobs_run(call->q, &spec, plugin_done_cb, call);
+	for (int i = 0; env[i] != NULL; i++)
+		free(env[i]);
+	free(input);
+	free(path);
+}
+
+static void
+call_end(struct call *call, const struct error *err)
+{
+	call->done(err, call->arg);
+	free(call);
+}
+
+/* CNI's error answer ({"code", "msg", "details"}), else what it wrote. */
+static void
+plugin_error(struct error *e, const char *what, int status, const char *out,
+    const char *errtext)
+{
+	json_t *j = json_loads(out, 0, NULL);
+	const char *msg = json_string_value(json_object_get(j, "msg"));
+	const char *details = json_string_value(json_object_get(j, "details"));
+
+	error_set(e, 500, "CNI %s failed (status %d): %.300s%s%.300s", what,
+	    WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg != NULL ? msg :
+	    *errtext != '\0' ? errtext : out, details != NULL ? ": " : "",
+	    details != NULL ? details : "");
+	json_decref(j);
+}
+
+static void
+plugin_done_cb(int status, const char *out, const char *errtext,
+    const struct error *fail, void *arg)
+{
+	struct call *call = arg;
+	struct crun_net *n = call->n;
+	struct error e;
+
+	if (fail != NULL) {
+		call_end(call, fail);
+		return;
+	}
+	if (call->del) {
+		/* Undoing: go on whatever a plugin says, report the first. */
+		if (status != 0 && !call->failed) {
+			plugin_error(&call->err, n->mapped ? "portmap DEL" :
+			    "bridge DEL", status, out, errtext);
+			call->failed = 1;
+		}
+		if (n->mapped) {
+			n->mapped = 0;
+			run_plugin(call, "bridge", "DEL");
+			return;
+		}
+		n->added = 0;
+		if (n->ns_fd >= 0)
+			close(n->ns_fd);
+		set_ns(n, -1);
+		call_end(call, call->failed ? &call->err : NULL);
+		return;
+	}
+	if (status != 0) {
+		plugin_error(&e, n->added ? "portmap ADD" : "bridge ADD", status,
+		    out, errtext);
+		call_end(call, &e);
+		return;
+	}
+	if (!n->added) {
+		json_t *res = json_loads(out, 0, NULL);
+		const char *addr = json_string_value(json_object_get(
+		    json_array_get(json_object_get(res, "ips"), 0), "address"));
+
+		n->added = 1;
+		if (addr == NULL) {
+			error_set(&e, 500, "CNI bridge ADD answered no address");
+			json_decref(res);
+			call_end(call, &e);
+			return;
+		}
+		n->result = res;
+		n->ip = xstrndup(addr, strcspn(addr, "/"));
+		/* Here the sandbox's veth, address and namespace are known
+		 * and it is not running yet: where egress rules attach. */
+		if (n->host_port > 0) {
+			run_plugin(call, "portmap", "ADD");
+			return;
+		}
+	} else {
+		n->mapped = 1;
+	}
+	call_end(call, NULL);
+}
+
+void
+crun_net_attach(struct crun_jobs *q, const struct crun_net_config *cfg,
+    struct crun_net *n, const char *host_ip, int host_port, int port,
+    crun_net_done_cb done, void *arg)
+{
+	struct call *call = xcalloc(1, sizeof *call);
+
+	call->q = q;
+	call->cfg = cfg;
+	call->n = n;
+	call->done = done;
+	call->arg = arg;
+	free(n->host_ip);
+	n->host_ip = host_ip != NULL ? xstrdup(host_ip) : NULL;
+	n->host_port = host_port;
+	n->port = port;
+	run_plugin(call, "bridge", "ADD");
+}
+
+void
+crun_net_down(struct crun_jobs *q, const struct crun_net_config *cfg,
+    struct crun_net *n, crun_net_done_cb done, void *arg)
+{
+	struct call *call = xcalloc(1, sizeof *call);
+
+	call->q = q;
+	call->cfg = cfg;
+	call->n = n;
+	call->del = 1;
+	call->done = done;
+	call->arg = arg;
+	if (n->mapped)
+		run_plugin(call, "portmap", "DEL");
+	else
+		run_plugin(call, "bridge", "DEL");
+}

@@ -1,0 +1,294 @@
+/*
+ * Bringing a crun sandbox down: stop (a signal to its first process
+ * through the pidfd, SIGKILL when it has not gone in time; thawed first
+ * when paused, a frozen process takes no signal), pause and resume (crun's
+ * freezer) and remove (crun delete --force, which kills what is left and
+ * removes its cgroup; its network's CNI DEL; its directory renamed into
+ * the trash and removed from there off the answer's path).
+ */
+#include "backend_crun.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "xmalloc.h"
+
+/* How often and how long a pause waits for the freezer (5 s). */
+#define FREEZE_POLL_US 2000
+#define FREEZE_POLLS 2500
+
+static void
+stop_exited(struct crun_box *box, void *arg)
+{
+	struct crun_op *op = arg;
+
+	crun_op_idle(op->c, box);
+	crun_op_finish(op);
+}
+
+static void
+stop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct crun_op *op = arg;
+
+	(void)fd;
+	(void)what;
+	if (op->box->pidfd >= 0)
+		pidfd_send_signal(op->box->pidfd, SIGKILL, NULL, 0);
+}
+
+static void
+stop_signal(struct crun_op *op)
+{
+	struct crun_box *box = op->box;
+	struct timeval tv;
+
+	if (box->pidfd < 0) {
+		stop_exited(box, op);
+		return;
+	}
+	box->on_exit = stop_exited;
+	box->on_exit_arg = op;
+	/* The agent is PID 1 of its namespace: a signal it has no handler
+	 * for does nothing; SIGKILL from here ends the namespace. */
+	pidfd_send_signal(box->pidfd, op->timeout > 0 ? SIGTERM : SIGKILL,
+	    NULL, 0);
+	tv.tv_sec = (time_t)op->timeout;
+	tv.tv_usec = (suseconds_t)((op->timeout - (double)tv.tv_sec) * 1e6);
+	op->ev = event_new(op->c->base, -1, 0, stop_deadline_cb, op);
+	event_add(op->ev, &tv);
+}
+
+static void
+thawed_for_stop_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg)
+{
+	struct crun_op *op = arg;
+
+	(void)out;
+	if (crun_op_job_done(op, "resume (stop)", status, errtext, fail_) < 0)
+		return;
+	op->box->state = BACKEND_RUNNING;
+	stop_signal(op);
+}
+
+void
+crun_stop(struct backend *b, const char *id, double timeout,
+    backend_done_cb done, void *arg)
+{
+	struct crun_op *op = crun_op_new(b->impl, CRUN_OP_STOP, id, arg);
+	const char *args[] = { "resume", id, NULL };
+	struct crun_box *box;
+
+	op->done = done;
+	op->timeout = timeout;
+	if ((box = op->box = crun_op_find(op)) == NULL)
+		return;
+	if (box->state != BACKEND_RUNNING && box->state != BACKEND_PAUSED) {
+		crun_op_defer(op);
+		return;
+	}
+	box->busy = 1;
+	/* A frozen process takes no signal until thawed. */
+	if (box->state == BACKEND_PAUSED)
+		crun_op_crun(op, args, -1, NULL, thawed_for_stop_cb);
+	else
+		stop_signal(op);
+}
+
+/* crun pause returns once it asked the freezer, which may still be
+ * FREEZING then: the answer waits until every process is frozen (what
+ * Docker's pause does too), so that a paused sandbox runs nothing. */
+static void
+frozen_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct crun_op *op = arg;
+	struct timeval tv = { 0, FREEZE_POLL_US };
+	int frozen = crun_host_frozen(&op->c->host, op->box->cgroup);
+
+	(void)fd;
+	(void)what;
+	if (frozen == 0 && op->polls++ < FREEZE_POLLS) {
+		if (op->ev == NULL)
+			op->ev = event_new(op->c->base, -1, 0, frozen_cb, op);
+		event_add(op->ev, &tv);
+		return;
+	}
+	if (frozen != 1) {
+		error_set(&op->err, 500, "crun pause: sandbox %s did not freeze",
+		    op->box->name);
+		op->failed = 1;
+	}
+	crun_op_idle(op->c, op->box);
+	crun_op_finish(op);
+}
+
+static void
+froze_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg)
+{
+	struct crun_op *op = arg;
+
+	(void)out;
+	if (crun_op_job_done(op, op->kind == CRUN_OP_PAUSE ? "pause" :
+	    "resume", status, errtext, fail_) < 0)
+		return;
+	op->box->state = op->kind == CRUN_OP_PAUSE ? BACKEND_PAUSED :
+	    BACKEND_RUNNING;
+	if (op->kind == CRUN_OP_PAUSE) {
+		frozen_cb(-1, 0, op);
+		return;
+	}
+	crun_op_idle(op->c, op->box);
+	crun_op_finish(op);
+}
+
+static void
+freeze(struct backend *b, enum crun_op_kind kind, const char *id,
+    backend_done_cb done, void *arg)
+{
+	struct crun_op *op = crun_op_new(b->impl, kind, id, arg);
+	const char *args[] = { kind == CRUN_OP_PAUSE ? "pause" : "resume", id,
+	    NULL };
+	struct crun_box *box;
+
+	op->done = done;
+	if ((box = op->box = crun_op_find(op)) == NULL)
+		return;
+	if (kind == CRUN_OP_PAUSE && box->state == BACKEND_PAUSED) {
+		crun_op_defer_error(op, 409, "sandbox %s is paused already", id);
+		return;
+	}
+	if (kind == CRUN_OP_RESUME && box->state != BACKEND_PAUSED) {
+		crun_op_defer_error(op, 409, "sandbox %s is not paused", id);
+		return;
+	}
+	if (box->state != BACKEND_RUNNING && box->state != BACKEND_PAUSED) {
+		crun_op_defer_error(op, 409, "sandbox %s is not running", id);
+		return;
+	}
+	box->busy = 1;
+	crun_op_crun(op, args, -1, NULL, froze_cb);
+}
+
+void
+crun_pause(struct backend *b, const char *id, backend_done_cb done, void *arg)
+{
+	freeze(b, CRUN_OP_PAUSE, id, done, arg);
+}
+
+void
+crun_resume(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	freeze(b, CRUN_OP_RESUME, id, done, arg);
+}
+
+/* ---- remove --------------------------------------------------------- */
+
+void
+crun_op_trashed_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg)
+{
+	(void)out;
+	/* Given up (we are exiting): crun_free removes the rest itself. */
+	if (fail_ == NULL && status != 0)
+		log_warn("crun: cannot remove %s: %s", (char *)arg, errtext);
+	free(arg);
+}
+
+/* The bundle into the trash, removed from there off the answer's path. */
+static void
+remove_finish(struct crun_op *op)
+{
+	struct crun *c = op->c;
+	struct crun_box *box = op->box;
+	char *name = xasprintf("%s.%u", box->name, c->trash_seq++);
+
+	if (renameat(c->bundles_fd, box->name, c->trash_fd, name) == 0) {
+		char *path = xasprintf("%s/%s", c->trash, name);
+		const char *argv[] = { "/bin/rm", "-rf", "--one-file-system",
+		    "--", path, NULL };
+		struct crun_job_spec spec = { 0 };
+
+		spec.argv = argv;
+		spec.out_fd = -1;
+		crun_jobs_run(c->trash_jobs, &spec, crun_op_trashed_cb, xstrdup(path));
+		free(path);
+	} else if (errno != ENOENT) {
+		log_warn("crun: cannot move the directory of %s to the trash: "
+		    "%s", box->name, strerror(errno));
+	}
+	free(name);
+	op->box = NULL;
+	crun_box_free(box);
+	crun_op_finish(op);
+}
+
+static void
+net_removed_cb(const struct error *err, void *arg)
+{
+	struct crun_op *op = arg;
+
+	if (err != NULL)
+		log_warn("sandbox %s: %s", op->id, err->msg);
+	remove_finish(op);
+}
+
+static void
+deleted_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg)
+{
+	struct crun_op *op = arg;
+	struct crun *c = op->c;
+	struct stat st;
+	char *state;
+	int gone;
+
+	(void)out;
+	state = xasprintf("%s/%s", c->root, op->box->name);
+	/* No state of crun's: never ran, or gone already; that is fine. */
+	gone = lstat(state, &st) < 0 && errno == ENOENT;
+	free(state);
+	if (!gone && crun_op_job_done(op, "delete", status, errtext, fail_) < 0)
+		return;
+	if (op->box->net != NULL) {
+		crun_net_down(c->jobs, &c->net, op->box->net, net_removed_cb, op);
+		return;
+	}
+	remove_finish(op);
+}
+
+void
+crun_op_remove_begin(struct crun_op *op)
+{
+	const char *args[] = { "delete", "--force", op->box->name, NULL };
+
+	op->box->busy = 1;
+	crun_op_crun(op, args, -1, NULL, deleted_cb);
+}
+
+void
+crun_remove(struct backend *b, const char *id, backend_done_cb done,
+    void *arg)
+{
+	struct crun_op *op = crun_op_new(b->impl, CRUN_OP_REMOVE, id, arg);
+
+	op->done = done;
+	op->box = crun_box_find(op->c->boxes, id);
+	if (op->box == NULL)
+		crun_op_defer(op);
+	else if (op->box->busy)
+		op->waiting = 1;
+	else
+		crun_op_remove_begin(op);
+}
+
