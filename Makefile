@@ -43,10 +43,10 @@ LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
-SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson -lhiredis -lseccomp \
-	-lnettle
-UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson -lhiredis \
-	-lseccomp -lnettle
+SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson -lhiredis -lcurl \
+	-lexpat -lnettle -lseccomp
+UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson -lhiredis -lnettle \
+	-lseccomp
 
 .PHONY: all deps install test test-scale unit unit-asan integration integration-crun \
 	integration-asan images run \
@@ -140,11 +140,11 @@ $(SUPERVISOR_ASAN_LIB): $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/asan/%.o)
 
 $(BUILD)/unit/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_LIB) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(CFLAGS) -o $@ $< $(SUPERVISOR_LIB) $(COMMON_OBJ) $(UNIT_LIBS) -lcurl -lexpat
 
 $(BUILD)/unit-asan/test_sandboxd_%: tests/unit/test_sandboxd_%.c $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(UNIT_LIBS) -lcurl -lexpat
 
 # tests/unit/test_agent_X.c test the agent's module agent/X.c alone (with
 # the common objects and what the module is built on, listed below; Nettle
@@ -157,9 +157,6 @@ $(BUILD)/unit-asan/test_agent_%: tests/unit/test_agent_%.c $(BUILD)/asan/agent/%
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Iagent $(SAN_FLAGS) -o $@ $< $(filter %.o,$^) $(UNIT_LIBS) -lnettle
 
-# A work queue is a work pool of one thread.
-$(BUILD)/unit/test_agent_work_queue: $(BUILD)/agent/work_pool.o
-$(BUILD)/unit-asan/test_agent_work_queue: $(BUILD)/asan/agent/work_pool.o
 # The computer tool's arguments name keys by their keysyms.
 $(BUILD)/unit/test_agent_computer_args: $(BUILD)/agent/computer_keys.o
 $(BUILD)/unit-asan/test_agent_computer_args: $(BUILD)/asan/agent/computer_keys.o
@@ -249,7 +246,8 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 # any crash saved as build/fuzz/crash-TARGET-*. `make fuzz-replay`, part of
 # `make test`, runs the same targets over the committed corpus through a
 # plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
-FUZZ_TARGETS := http_server http_head multipart agent_json computer_args
+FUZZ_TARGETS := http_server http_head multipart agent_json computer_args envd \
+	vnc_filter
 FUZZ_SECONDS ?= 180
 FUZZ_CC ?= clang
 FUZZ_ARGS ?=

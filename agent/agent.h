@@ -4,12 +4,14 @@
  *
  * Every file of a subsystem carries its prefix: files_* the /workspace
  * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
- * routes, mcp_* the MCP client, kernel* the IPython kernel, desktop_*,
- * vnc_* and computer_* the display and computer use. toolset.c and
- * tool_result.c hold what native and MCP tools share; confine.c what
- * confines every child; path.c resolves workspace paths, multipart.c
- * parses uploads, work_queue.c and work_pool.c run blocking jobs off the
- * loop. Code sandboxd uses too lives in common/.
+ * routes, mcp_* the MCP client, kernel* the IPython kernels, ci_* the
+ * code interpreter of E2B's SDK on them, envd* E2B's in-sandbox API
+ * (envd.h), desktop_*, vnc_* and computer_* the display and computer
+ * use. toolset.c and tool_result.c hold what native and MCP tools share;
+ * confine.c what confines every child; path.c resolves workspace paths,
+ * multipart.c parses uploads. Code sandboxd uses too lives in common/,
+ * among it work_queue.c and work_pool.c, which run blocking jobs off the
+ * loop.
  */
 #ifndef AGENT_H
 #define AGENT_H
@@ -27,6 +29,7 @@ struct mcp;
 struct sock_fprog;
 struct spawn_options;
 struct tool_group;
+struct ci;
 struct kernel;
 struct work_pool;
 
@@ -45,8 +48,10 @@ struct agent_config {
 	char *log_level;
 	int access_log;
 	char *run_as;			/* "uid:gid" for commands, when root */
-	char *python;			/* interpreter of the IPython kernel */
+	char *python;			/* interpreter of the IPython kernels */
 	int prewarm_kernel;
+	int prewarm_context;		/* the code interpreter's default */
+	long max_contexts;		/* code interpreter contexts at once */
 	long max_connections;		/* 0: the HTTP server's default */
 	long shell_spares;		/* shells kept started for commands */
 	double header_timeout;		/* seconds for a whole request head */
@@ -74,7 +79,8 @@ struct agent {
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
 	struct work_pool *io_pool;	/* the file routes' reads and deletes,
 					 * off the loop; NULL: they answer 503 */
-	struct kernel *kernel;		/* the IPython kernel (kernel.c) */
+	struct kernel *kernel;		/* run_ipython_cell's (ipython.c) */
+	struct ci *ci;			/* the code interpreter (ci_*.c) */
 	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
 
@@ -102,7 +108,8 @@ void shell_route_run(struct http_request *req, void *arg);
 /* shell_spare.c: shells started ahead of their commands. init starts
  * --shell-spares of them; take hands one the command (as bash -c would
  * run it) and the caller's callbacks, caps and timeout, or answers NULL
- * when none is ready (the caller then starts one itself); stop ends
+ * when none is ready and unspoilt (the caller then starts one itself:
+ * see there for spoilt); stop ends
  * them (shutdown). exec_options: how every command's shell is executed
  * (an execute-only copy under --run-as, see there). */
 struct spawn_callbacks;
@@ -131,6 +138,9 @@ void files_entries_route_exists(struct http_request *req, void *arg);
 void files_entries_route_delete(struct http_request *req, void *arg);
 void files_entries_route_move(struct http_request *req, void *arg);
 void files_entries_route_mkdir(struct http_request *req, void *arg);
+/* Answer req with the regular file open as fd (taken), streamed as
+ * GET /workspace/file?format=bytes streams one. */
+void files_send_fd(struct agent *agent, struct http_request *req, int fd);
 /* mcp.c: the MCP client's servers and routes. */
 void mcp_init(struct agent *agent);
 /* Start the servers of an {"mcpServers": ...} file in the background;
@@ -142,34 +152,21 @@ void mcp_route_add_servers(struct http_request *req, void *arg);
 void mcp_route_list_tools(struct http_request *req, void *arg);
 void mcp_route_call_tool(struct http_request *req, void *arg);
 
-/* ipython.c */
+/* ipython.c: run_ipython_cell, on agent->kernel (kernel.h). prewarm
+ * starts that kernel now, not on first use (--prewarm-kernel). */
 void ipython_route_run(struct http_request *req, void *arg);
+void ipython_prewarm(struct agent *agent);
 
-/* kernel.c: the stateful IPython kernel, a supervised Python child that
- * runs cells one at a time, in the order they came. */
-struct kernel_cell;
-
-/* What a cell produced. Owned by the done callback: kernel_result_free. */
-struct kernel_result {
-	struct error err;		/* status 0: the cell ran (and maybe
-					 * failed); else the kernel could not */
-	struct evbuffer *out;		/* stdout, then the last value's repr */
-	struct evbuffer *errout;	/* stderr, tracebacks, our notes */
-	json_t *images;			/* MCP image items (array) */
-};
-typedef void (*kernel_done_cb)(struct kernel_result *res, void *arg);
-
-/* Queue code (a JSON string, referenced) to run with a timeout in seconds.
- * done runs later, never from inside this call. NULL with err (503) when
- * the kernel cannot start; the cell is the kernel's until done runs. */
-struct kernel_cell *kernel_run(struct agent *agent, json_t *code,
-    double timeout, kernel_done_cb done, void *arg, struct error *err);
-/* The caller lost interest (its client left): a queued cell is dropped, a
- * running one interrupted. done will not run. */
-void kernel_abandon(struct kernel_cell *cell);
-void kernel_result_free(struct kernel_result *res);
-/* Start the kernel now, not on first use (--prewarm-kernel). */
-void kernel_prewarm(struct agent *agent);
+/* ci_contexts.c, ci_execute.c: the code interpreter of E2B's SDK (its
+ * port 49999 under /ci), on kernels of its own, one per context. init
+ * makes the default context (started now with --prewarm-context). */
+void ci_init(struct agent *agent);
+void ci_route_health(struct http_request *req, void *arg);
+void ci_route_execute(struct http_request *req, void *arg);
+void ci_route_contexts_list(struct http_request *req, void *arg);
+void ci_route_contexts_create(struct http_request *req, void *arg);
+void ci_route_context_restart(struct http_request *req, void *arg);
+void ci_route_context_remove(struct http_request *req, void *arg);
 
 /* confine.c: the seccomp program every command runs under. */
 struct sock_fprog *confine_build(struct error *err);

@@ -3,14 +3,20 @@
  *
  * The server starts first; a probe on a worker thread then connects to its
  * VNC socket as the user every DESKTOP_PROBE_MS until a VNC session is
- * made (that is, X dispatches and VNC answers): the display is ready, the
- * other programs start, and /healthz says OK. A program that exits is
- * started again after a back-off that doubles from DESKTOP_BACKOFF_MIN to
- * DESKTOP_BACKOFF_MAX, and starts over once the program had run for
- * DESKTOP_STABLE seconds. The programs other than the server start only
- * on a ready display: when the server goes, its clients follow it, and
- * come back after it. A server that does not get ready within
- * DESKTOP_READY_TIMEOUT is killed and restarted the same way.
+ * made (that is, X dispatches and VNC answers): the display is ready and
+ * the other programs start. The probe then looks at the screen until it
+ * shows more than one colour (the window manager has drawn its desktop:
+ * before, the bare X screen is black), and only then does /healthz say
+ * OK, so that a sandbox is not handed out with a screen an agent cannot
+ * use; after the file's draw_timeout of nothing drawn, /healthz says
+ * that. A desktop of the server alone is ready once it answers.
+ *
+ * A program that exits is started again after a back-off that doubles
+ * from DESKTOP_BACKOFF_MIN to DESKTOP_BACKOFF_MAX, and starts over once
+ * the program had run for DESKTOP_STABLE seconds. The programs other than
+ * the server start only on a ready display: when the server goes, its
+ * clients follow it, and come back after it. A server that does not get
+ * ready within DESKTOP_READY_TIMEOUT is killed and restarted the same way.
  *
  * Each program is its own process group under the commands' seccomp
  * filter, as its user; its output goes to our log, rate limited (the
@@ -46,6 +52,8 @@
 
 #define DESKTOP_PROBE_MS 50
 #define DESKTOP_READY_TIMEOUT 30.0
+/* How often a screen with nothing drawn is looked at after draw_timeout. */
+#define DESKTOP_DRAW_LATE_MS 1000
 #define DESKTOP_BACKOFF_MIN 0.25
 #define DESKTOP_BACKOFF_MAX 30.0
 #define DESKTOP_STABLE 30.0
@@ -126,18 +134,46 @@ output_cb(struct spawn *sp, int stream, const char *data, size_t len,
 static void
 schedule_probe(struct desktop *d, int ms)
 {
-	struct timeval tv = { 0, ms * 1000 };
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
 	evtimer_add(d->probe_timer, &tv);
 }
 
-/* On the probe worker: a VNC session made, by the helper. */
+/* Whether the screen shows more than one colour: *drawn. -1 with err
+ * when the display does not answer. */
+static int
+screen_drawn(struct vnc *vnc, int *drawn, struct error *err)
+{
+	struct vnc_image img;
+	size_t n;
+
+	if (vnc_begin(vnc, err) < 0)
+		return -1;
+	if (vnc_capture(vnc, &img, err) < 0) {
+		vnc_end(vnc);
+		return -1;
+	}
+	vnc_end(vnc);
+	n = (size_t)img.width * (size_t)img.height;
+	*drawn = 0;
+	for (size_t i = 1; i < n && !*drawn; i++)
+		*drawn = memcmp(img.pixels + 4 * i, img.pixels, 3) != 0;
+	free(img.pixels);
+	return 0;
+}
+
+/* On the probe worker: a VNC session made, by the helper, or once the
+ * display answers, a look at its screen. */
 static void
 probe_run(void *arg)
 {
 	struct desktop *d = arg;
 
-	d->probe_ok = vnc_reconnect(d->vnc, &d->probe_err) == 0;
+	if (d->probe_drawing)
+		d->probe_ok = screen_drawn(d->vnc, &d->probe_drawn,
+		    &d->probe_err) == 0;
+	else
+		d->probe_ok = vnc_reconnect(d->vnc, &d->probe_err) == 0;
 }
 
 static void
@@ -146,14 +182,45 @@ display_ready(struct desktop *d)
 	struct desktop_program *server = &d->programs[0];
 
 	d->ready = 1;
+	d->ready_at = now();
+	d->drawn = d->nprograms == 1;
+	d->draw_late = 0;
 	log_info("desktop: display %s ready (%s answered after %.0f ms)",
-	    d->display, server->name, (now() - server->started) * 1000);
+	    d->display, server->name, (d->ready_at - server->started) * 1000);
 	for (size_t i = 1; i < d->nprograms; i++) {
 		struct desktop_program *p = &d->programs[i];
 
 		if (p->sp == NULL && !evtimer_pending(p->timer, NULL))
 			start_program(p);
 	}
+	if (!d->drawn)
+		schedule_probe(d, DESKTOP_PROBE_MS);
+}
+
+/* The screen was looked at: drawn, or another look later. */
+static void
+drawn_or_wait(struct desktop *d)
+{
+	struct desktop_program *server = &d->programs[0];
+	double waited = now() - d->ready_at;
+
+	if (d->probe_drawn) {
+		d->drawn = 1;
+		log_info("desktop: display %s drawn on (%.0f ms after %s "
+		    "answered, %.0f ms after it started)", d->display,
+		    waited * 1000, server->name, (now() - server->started) *
+		    1000);
+		return;
+	}
+	if (!d->draw_late && waited > d->draw_timeout) {
+		d->draw_late = 1;
+		snprintf(d->late, sizeof d->late, "the desktop's programs drew "
+		    "nothing on its display within %g s of their start",
+		    d->draw_timeout);
+		log_error("desktop: %s; unhealthy until they do", d->late);
+	}
+	schedule_probe(d, d->draw_late ? DESKTOP_DRAW_LATE_MS :
+	    DESKTOP_PROBE_MS);
 }
 
 static void
@@ -169,6 +236,8 @@ probe_done(void *arg)
 	if (d->probe_ok) {
 		if (!d->ready)
 			display_ready(d);
+		else if (d->probe_drawing)
+			drawn_or_wait(d);
 		return;
 	}
 	if (d->probe_err.status == 502) {
@@ -205,6 +274,7 @@ probe(struct desktop *d)
 		return;
 	d->probing = 1;
 	d->probe_generation = d->programs[0].generation;
+	d->probe_drawing = d->ready && !d->drawn;
 	work_queue_submit(d->probes, probe_run, probe_done, d);
 }
 
@@ -564,6 +634,19 @@ int
 desktop_ready(const struct desktop *d)
 {
 	return d->ready;
+}
+
+const char *
+desktop_unhealthy(const struct desktop *d)
+{
+	if (!d->ready)
+		return "the desktop's display is not ready";
+	if (d->draw_late)
+		return d->late;
+	if (!d->drawn)
+		return "the desktop is starting: nothing is drawn on its "
+		    "display yet";
+	return NULL;
 }
 
 struct vnc *

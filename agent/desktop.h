@@ -9,8 +9,11 @@
  *    "vnc_socket": "/run/desktop/vnc.sock",  where the VNC server listens
  *    "server": PROGRAM,                      the X/VNC server, started first
  *    "programs": [PROGRAM, ...],             started once the display answers
- *    "novnc": "/opt/novnc"}                  noVNC's files, for the web
+ *    "novnc": "/opt/novnc",                  noVNC's files, for the web
  *                                            viewer at /vnc/ (optional)
+ *    "draw_timeout": 30}                     seconds the programs have to
+ *                                            draw on the display before
+ *                                            /healthz calls it a fault
  * PROGRAM is {"command": ["/abs/path", "arg", ...], "name": "for logs",
  * "user": "UID:GID" (default: the --run-as user; never root),
  * "env": {"NAME": "value"} (added to the environment commands get)}.
@@ -34,8 +37,12 @@ void desktop_shutdown(struct agent *agent);
 /* After the loop ended and the tool workers are gone. */
 void desktop_free(struct agent *agent);
 
-/* The display answers (loop thread): /healthz waits for it. */
+/* The display answers (loop thread): viewers wait for it. */
 int desktop_ready(const struct desktop *d);
+/* Loop thread: why the desktop is not yet usable (its display does not
+ * answer, or nothing is drawn on it yet), or NULL once it is. /healthz
+ * waits for it. */
+const char *desktop_unhealthy(const struct desktop *d);
 /* The shared connection to the display; lives as long as d. */
 struct vnc *desktop_vnc(struct desktop *d);
 const char *desktop_vnc_socket(const struct desktop *d);

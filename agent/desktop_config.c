@@ -168,10 +168,11 @@ desktop_config_load(struct agent *agent, struct desktop *d, const char *path,
 		    strcmp(key, "vnc_socket") != 0 &&
 		    strcmp(key, "server") != 0 &&
 		    strcmp(key, "programs") != 0 &&
-		    strcmp(key, "novnc") != 0) {
+		    strcmp(key, "novnc") != 0 &&
+		    strcmp(key, "draw_timeout") != 0) {
 			error_set(err, 400, "--desktop %s: unknown key \"%s\" "
-			    "(display, vnc_socket, server, programs, novnc)",
-			    path, key);
+			    "(display, vnc_socket, server, programs, novnc, "
+			    "draw_timeout)", path, key);
 			goto out;
 		}
 	}
@@ -192,6 +193,16 @@ desktop_config_load(struct agent *agent, struct desktop *d, const char *path,
 	}
 	if (v != NULL)
 		d->novnc = xstrdup(json_string_value(v));
+	d->draw_timeout = DESKTOP_DRAW_TIMEOUT;
+	v = json_object_get(root, "draw_timeout");
+	if (v != NULL && (!json_is_number(v) || !(json_number_value(v) > 0) ||
+	    json_number_value(v) > 3600)) {
+		error_set(err, 400, "--desktop %s: \"draw_timeout\" must be "
+		    "seconds, more than 0 and at most 3600", path);
+		goto out;
+	}
+	if (v != NULL)
+		d->draw_timeout = json_number_value(v);
 	programs = json_object_get(root, "programs");
 	if (programs != NULL && !json_is_array(programs)) {
 		error_set(err, 400, "--desktop %s: \"programs\" must be a list",

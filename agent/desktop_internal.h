@@ -17,6 +17,9 @@ struct work_queue;
 
 /* Longest line of a program's output that goes to our log. */
 #define DESKTOP_LINE_MAX 256
+/* Seconds from a display's answer until nothing drawn on it is a fault
+ * (the desktop file's "draw_timeout"). */
+#define DESKTOP_DRAW_TIMEOUT 30.0
 
 /* One program of the desktop; owned by its desktop. */
 struct desktop_program {
@@ -44,6 +47,7 @@ struct desktop {
 	char *display;
 	char *vnc_socket;
 	char *novnc;			/* noVNC's files, or NULL */
+	double draw_timeout;		/* seconds */
 	struct desktop_program *programs;	/* [0] is the server */
 	size_t nprograms;
 	struct vnc *vnc;
@@ -56,8 +60,14 @@ struct desktop {
 	int probing;			/* a probe is out */
 	unsigned probe_generation;	/* of the server it probes */
 	int probe_ok;
+	int probe_drawing;		/* the probe looks at the screen */
+	int probe_drawn;		/* what it saw: more than one colour */
 	struct error probe_err;
 	int ready;			/* the server answered since it started */
+	double ready_at;		/* monotonic seconds */
+	int drawn;			/* since then, something was drawn */
+	int draw_late;			/* nothing drawn within draw_timeout */
+	char late[96];			/* /healthz's answer then */
 	atomic_int stopping;
 	int kick_fd;			/* eventfd: desktop_kick from a worker */
 	struct event *kick_ev;

@@ -6,11 +6,13 @@
  *
  * Auth: a browser cannot put an Authorization header on a page or a
  * WebSocket, so these routes also take the agent's token as the
- * "password" query parameter (desktop_url carries it), and /vnc/ takes
- * it from a cookie the page sets for the files it loads next (noVNC's
- * modules import each other by relative URL, without the query). The
- * WebSocket never takes the cookie: a page of another site could make the
- * browser send it.
+ * "password" query parameter (a page opened straight on the agent), and
+ * /vnc/ takes it from a cookie the page sets for the files it loads next
+ * (noVNC's modules import each other by relative URL, without the
+ * query). The WebSocket never takes the cookie: a page of another site
+ * could make the browser send it. Through sandboxd, a desktop link's own
+ * token is checked there, and the agent gets sandboxd's header (and
+ * view_only=true for a view link).
  */
 #ifndef DESKTOP_WEB_H
 #define DESKTOP_WEB_H

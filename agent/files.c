@@ -15,8 +15,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -56,6 +58,7 @@ struct download {
 	char *rel;
 	int fd;
 	int text;
+	int to_eof;		/* bytes, but of unknown size: to end of file */
 	int head;		/* HEAD: open and stat only */
 	int started;		/* the reply's headers went out */
 	int busy;		/* a job is under way: it owns buf */
@@ -136,7 +139,7 @@ download_run(void *arg)
 		return;
 	if (d->head)
 		return;
-	if (!d->text && d->left < want)
+	if (!d->text && !d->to_eof && d->left < want)
 		want = (size_t)d->left;
 	d->nread = 0;
 	d->read_errno = 0;
@@ -172,7 +175,10 @@ download_deliver(struct download *d)
 		download_free(d);
 		return 1;
 	}
-	if (!d->text) {
+	if (d->to_eof && d->nread > 0) {
+		http_reply_write(req, d->buf, d->nread);
+		return 0;
+	} else if (!d->text && !d->to_eof) {
 		http_reply_write(req, d->buf, d->nread);
 		d->left -= d->nread;
 		if (d->left > 0)
@@ -214,7 +220,8 @@ download_done(void *arg)
 		 * are sent as they are, so the client learns the size up
 		 * front. */
 		http_reply_start(req, 200, d->text ? "text/plain; charset=utf-8" :
-		    "application/octet-stream", d->text ? -1 : (int64_t)d->size);
+		    "application/octet-stream", d->text || d->to_eof ? -1 :
+		    (int64_t)d->size);
 		if (d->head) {
 			http_reply_end(req);
 			download_free(d);
@@ -262,6 +269,30 @@ download_gone(struct http_request *req, void *arg)
 		download_free(d);
 }
 
+/* Its first job: the open (unless d has its file) and the first read. */
+static void
+download_start(struct agent *agent, struct http_request *req,
+    struct download *d)
+{
+	struct error err = { 0 };
+
+	d->agent = agent;
+	d->req = req;
+	d->buf = xmalloc(READ_PARTIAL + READ_CHUNK);
+	d->busy = 1;
+	if (agent->io_pool == NULL || work_pool_submit(agent->io_pool,
+	    download_run, download_done, d, &err) < 0) {
+		if (agent->io_pool == NULL)
+			error_set(&err, 503, "file reads are unavailable: no "
+			    "worker thread");
+		http_reply_err(req, &err);
+		download_free(d);
+		return;
+	}
+	http_request_on_drain(req, download_drain, d);
+	http_request_on_close(req, download_gone, d);
+}
+
 void
 files_route_get(struct http_request *req, void *arg)
 {
@@ -285,25 +316,32 @@ files_route_get(struct http_request *req, void *arg)
 		return;
 	}
 	d = xcalloc(1, sizeof *d);
-	d->agent = agent;
-	d->req = req;
 	d->rel = rel;
 	d->fd = -1;
 	d->text = text;
 	d->head = http_request_method(req) == HTTP_METHOD_HEAD;
-	d->buf = xmalloc(READ_PARTIAL + READ_CHUNK);
-	d->busy = 1;
-	if (agent->io_pool == NULL || work_pool_submit(agent->io_pool,
-	    download_run, download_done, d, &err) < 0) {
-		if (agent->io_pool == NULL)
-			error_set(&err, 503, "file reads are unavailable: no "
-			    "worker thread");
-		http_reply_err(req, &err);
+	download_start(agent, req, d);
+}
+
+void
+files_send_fd(struct agent *agent, struct http_request *req, int fd)
+{
+	struct download *d = xcalloc(1, sizeof *d);
+	struct statfs sf;
+	struct stat st;
+
+	d->rel = xstrdup("");
+	d->fd = fd;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		http_reply_error(req, 500, "not a regular file");
 		download_free(d);
 		return;
 	}
-	http_request_on_drain(req, download_drain, d);
-	http_request_on_close(req, download_gone, d);
+	d->size = d->left = (uint64_t)st.st_size;
+	/* /proc and /sys files say 0 bytes and hold more. */
+	d->to_eof = st.st_size == 0 && fstatfs(fd, &sf) == 0 &&
+	    (sf.f_type == PROC_SUPER_MAGIC || sf.f_type == SYSFS_MAGIC);
+	download_start(agent, req, d);
 }
 
 /* Uploads. */

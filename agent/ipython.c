@@ -24,6 +24,8 @@
 #include <event2/buffer.h>
 
 #include "json_util.h"
+#include "kernel.h"
+#include "log.h"
 #include "xmalloc.h"
 
 /* One call; freed when its answer is out or its client left. */
@@ -75,6 +77,25 @@ client_gone(struct http_request *req, void *arg)
 	free(call);
 }
 
+/* The agent's one kernel for run_ipython_cell, made on first use. */
+static struct kernel *
+shared_kernel(struct agent *agent)
+{
+	if (agent->kernel == NULL)
+		agent->kernel = kernel_new(agent, KERNEL_MCP, NULL,
+		    agent->cfg.prewarm_kernel);
+	return agent->kernel;
+}
+
+void
+ipython_prewarm(struct agent *agent)
+{
+	struct error err = { 0 };
+
+	if (kernel_start(shared_kernel(agent), NULL, NULL, &err) < 0)
+		log_warn("--prewarm-kernel: %s", err.msg);
+}
+
 void
 ipython_route_run(struct http_request *req, void *arg)
 {
@@ -101,8 +122,8 @@ ipython_route_run(struct http_request *req, void *arg)
 	}
 	call = xcalloc(1, sizeof *call);
 	call->req = req;
-	call->cell = kernel_run(agent, json_object_get(body, "code"), timeout,
-	    cell_done, call, &err);
+	call->cell = kernel_run(shared_kernel(agent),
+	    json_object_get(body, "code"), timeout, cell_done, call, &err);
 	json_decref(body);
 	body = NULL;
 	if (call->cell == NULL) {

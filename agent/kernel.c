@@ -1,137 +1,80 @@
 /*
- * The stateful IPython kernel: one Python child per agent, started on first
- * use (or at start with --prewarm-kernel), confined like shell commands, in
- * its own process group under a keeper. It runs agent/embed/kernel.py,
- * which the binary carries, and which hosts IPython's InteractiveShell.
+ * An IPython kernel's process (kernel.h): a Python child started on first
+ * use (or by kernel_start), confined like shell commands, in its own
+ * process group under a keeper. It runs agent/embed/kernel.py, which the
+ * binary carries, and which hosts IPython's InteractiveShell. A
+ * KERNEL_E2B kernel gets "e2b" and the directory it starts in as its
+ * arguments (it changes there itself, as the sandbox user); a KERNEL_MCP
+ * one none.
  *
  * The script goes to Python through a memfd at the child's fd 4, read by a
  * one-line bootstrap given with -c: with the script itself after -c, all
  * of it would show in the ps output of every command in the sandbox.
  *
  * Channels: a socket pair at the child's fd 3 carries frames (a 4-byte
- * big-endian length, then JSON): our {"code", "marker", "images_limit"},
- * its {"ready"} once, {"started"} as a cell begins and {"images"} after it.
- * Code in a cell can write to fd 3 too: a frame over the limits of
- * kernel_stream.h, malformed, or out of turn breaks the protocol, and the
- * kernel is killed and restarted, its cell told why. Its stdout and stderr
- * are pipes we read, so output of every kind (print, os.system, !ls,
- * subprocesses) lands in them in order. At the end of a cell the kernel
- * writes a marker to both; a cell is over when its answer frame and both
- * markers are in, and what came before a marker is that cell's output.
- * Output arriving between cells (background jobs) goes to the next cell.
+ * big-endian length, then JSON): the kernel's {"ready"} once (or
+ * {"ready": false, "error"} when it cannot start where it was asked to),
+ * then those of cells (kernel_cell.c). Code in a cell can write to fd 3
+ * too: a frame over the limits of kernel_stream.h, malformed, or out of
+ * turn breaks the protocol, and the kernel is killed and restarted, its
+ * cell told why. Its stdout and stderr are pipes we read, so output of
+ * every kind (print, os.system, !ls, subprocesses) lands in them in order.
  *
- * Cells wait in a FIFO queue and run one at a time. A cell past its
- * timeout gets SIGINT (the whole group, as a terminal's ^C), and SIGKILL
- * of its whole tree after a grace if it does not return; the kernel is then
- * restarted. A kernel that dies is replaced too; its cell says why.
+ * A cell past its timeout gets SIGINT (the whole group, as a terminal's
+ * ^C), and SIGKILL of its whole tree after a grace if it does not return;
+ * the kernel is then restarted. A kernel that dies is replaced too; its
+ * cell says why.
  */
 #include "agent.h"
+#include "kernel_internal.h"
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "kernel_stream.h"
 #include "log.h"
 #include "spawn.h"
 #include "token.h"
 #include "xmalloc.h"
 
-#define KERNEL_GRACE_SECONDS 2		/* from SIGINT to SIGKILL */
 #define KERNEL_START_SECONDS 60		/* to the ready frame */
 #define KERNEL_EOF_SECONDS 1		/* from closing fd 3 to exiting */
-/* Images a cell may send back; with KSTREAM_FRAME_MAX, all the agent
- * keeps of a cell besides its two output streams (--output-cap each). */
-#define KERNEL_IMAGES_MAX 64
-/* Room the kernel leaves in a frame for what is not image data. */
-#define KERNEL_FRAME_SLACK (64 * 1024)
 
 extern const char _binary_kernel_py_start[], _binary_kernel_py_end[];
 
-enum kernel_state {
-	KERNEL_STOPPED,
-	KERNEL_STARTING,	/* spawned, no ready frame yet */
-	KERNEL_IDLE,
-	KERNEL_BUSY,		/* a cell is running */
-};
+static void timer_cb(evutil_socket_t fd, short what, void *arg);
+static void eof_cb(evutil_socket_t fd, short what, void *arg);
 
-enum kernel_timer {
-	TIMER_START,		/* the kernel must be ready by then */
-	TIMER_CELL,		/* the running cell's timeout */
-	TIMER_GRACE,		/* interrupted; killed when this fires */
-};
-
-/* Owned by the kernel from kernel_run until its done callback has run
- * or, abandoned, it ends; freed by the kernel. */
-struct kernel_cell {
-	TAILQ_ENTRY(kernel_cell) entry;
-	struct kernel *k;
-	json_t *code;
-	double timeout;
-	kernel_done_cb done;
-	void *arg;
-	int abandoned;
-	int timed_out;		/* interrupted because of its timeout */
-	int started;		/* the kernel said it runs it */
-	int interrupt;		/* to interrupt as soon as it runs */
-	int answered;		/* its images frame came */
-	json_t *images;
-};
-
-TAILQ_HEAD(cell_queue, kernel_cell);
-
-/* One per agent (agent->kernel), made on first use; lives until exit. */
-struct kernel {
-	struct agent *agent;
-	enum kernel_state state;
-	struct spawn *sp;
-	struct bufferevent *ctl;
-	struct event *timer;
-	enum kernel_timer timer_kind;
-	struct event *eof_timer;	/* fd 3 closed, the process not gone */
-	struct timespec started;
-	struct kernel_stream out[3];	/* [1] and [2] */
-	char marker[MARKER_LEN + 1];
-	struct cell_queue queue;	/* waiting cells */
-	struct kernel_cell *running;
-	const char *lost;		/* why we killed it, if we did */
-	char *next_note;		/* for the next cell: the state was
-					 * lost and nobody was told yet */
-};
-
-static void kick(struct kernel *k);
-static void check_done(struct kernel *k);
-
-static struct kernel *
-kernel_get(struct agent *agent)
+struct kernel *
+kernel_new(struct agent *agent, enum kernel_mode mode, const char *cwd,
+    int keep_running)
 {
-	struct kernel *k = agent->kernel;
+	struct kernel *k = xcalloc(1, sizeof *k);
 
-	if (k != NULL)
-		return k;
-	k = xcalloc(1, sizeof *k);
 	k->agent = agent;
+	k->mode = mode;
+	k->cwd = cwd != NULL ? xstrdup(cwd) : NULL;
+	k->keep_running = keep_running;
 	TAILQ_INIT(&k->queue);
+	TAILQ_INIT(&k->waiters);
 	kstream_init(&k->out[1]);
 	kstream_init(&k->out[2]);
-	agent->kernel = k;
+	k->timer = evtimer_new(agent->base, timer_cb, k);
+	k->eof_timer = evtimer_new(agent->base, eof_cb, k);
 	return k;
 }
 
-static void
-arm(struct kernel *k, enum kernel_timer kind, double seconds)
+void
+kernel_arm(struct kernel *k, enum kernel_timer kind, double seconds)
 {
 	struct timeval tv;
 
@@ -147,96 +90,27 @@ output_cb(struct spawn *sp, int stream, const char *data, size_t len,
 {
 	struct kernel *k = arg;
 
+	int hit;
+
 	(void)sp;
-	if (kstream_feed(&k->out[stream], k->state == KERNEL_BUSY, k->marker,
-	    data, len, k->agent->cfg.output_cap))
-		check_done(k);
+	hit = kstream_feed(&k->out[stream], k->state == KERNEL_BUSY,
+	    k->marker, data, len, k->agent->cfg.output_cap);
+	if (k->state == KERNEL_BUSY)
+		kernel_cell_output(k, stream);
+	if (hit)
+		kernel_check_done(k);
 }
 
-/* Give the running cell its output, with a note on how it ended (fmt may
- * be NULL), and move the streams on to the next cell. */
+/* Tell every waiter the kernel is ready (err NULL) or will not be. */
 static void
-finish_cell(struct kernel *k, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void
-finish_cell(struct kernel *k, const char *fmt, ...)
+notify_waiters(struct kernel *k, const struct error *err)
 {
-	struct kernel_cell *cell = k->running;
-	struct kernel_result *res = xcalloc(1, sizeof *res);
-	size_t cap = k->agent->cfg.output_cap;
-	va_list ap;
+	struct kernel_waiter *w;
 
-	k->running = NULL;
-	res->out = kstream_take(&k->out[1], "stdout", cap);
-	res->errout = kstream_take(&k->out[2], "stderr", cap);
-	if (k->next_note != NULL && !cell->abandoned) {
-		kstream_note(res->errout, k->next_note);
-		free(k->next_note);
-		k->next_note = NULL;
-	}
-	if (fmt != NULL) {
-		char *text;
-
-		va_start(ap, fmt);
-		text = xvasprintf(fmt, ap);
-		va_end(ap);
-		kstream_note(res->errout, text);
-		free(text);
-	}
-	res->images = cell->images != NULL ? cell->images : json_array();
-	cell->images = NULL;
-	json_decref(cell->code);
-	if (cell->abandoned)
-		kernel_result_free(res);
-	else
-		cell->done(res, cell->arg);
-	free(cell);
-}
-
-/* The kernel is replaced and no cell will say so: the next one will. */
-static void
-tell_next(struct kernel *k, const char *why)
-{
-	free(k->next_note);
-	k->next_note = xasprintf("[the IPython kernel %s: this cell ran in a "
-	    "fresh kernel, without the earlier state (variables, imports)]",
-	    why);
-}
-
-static void
-check_done(struct kernel *k)
-{
-	struct kernel_cell *cell = k->running;
-
-	if (cell == NULL || !cell->answered || !k->out[1].marked ||
-	    !k->out[2].marked)
-		return;
-	evtimer_del(k->timer);
-	k->state = KERNEL_IDLE;
-	if (cell->timed_out)
-		finish_cell(k, "[the cell ran past its %g-second timeout and "
-		    "was interrupted (KeyboardInterrupt); the kernel kept its "
-		    "state]", cell->timeout);
-	else
-		finish_cell(k, NULL);
-	kick(k);
-}
-
-/* Fail every waiting cell: the kernel cannot run them. */
-static void
-fail_queue(struct kernel *k, const struct error *err)
-{
-	struct kernel_cell *cell;
-
-	while ((cell = TAILQ_FIRST(&k->queue)) != NULL) {
-		struct kernel_result *res = xcalloc(1, sizeof *res);
-
-		TAILQ_REMOVE(&k->queue, cell, entry);
-		res->err = *err;
-		json_decref(cell->code);
-		cell->done(res, cell->arg);
-		free(cell);
+	while ((w = TAILQ_FIRST(&k->waiters)) != NULL) {
+		TAILQ_REMOVE(&k->waiters, w, entry);
+		w->cb(err, w->arg);
+		free(w);
 	}
 }
 
@@ -254,18 +128,25 @@ stop(struct kernel *k)
 		bufferevent_free(k->ctl);
 		k->ctl = NULL;
 	}
-	if (k->timer != NULL)
-		evtimer_del(k->timer);
-	if (k->eof_timer != NULL)
-		evtimer_del(k->eof_timer);
+	evtimer_del(k->timer);
+	evtimer_del(k->eof_timer);
 	kstream_reset(&k->out[1]);
 	kstream_reset(&k->out[2]);
 	k->state = KERNEL_STOPPED;
 }
 
-/* We give up on a kernel that breaks the protocol; exit_cb follows. */
+/* It will not be ready: stop it, fail what waited for it. */
 static void
-lose(struct kernel *k, const char *why)
+start_failed(struct kernel *k, const struct error *err)
+{
+	log_error("%s", err->msg);
+	stop(k);
+	notify_waiters(k, err);
+	kernel_fail_queue(k, err);
+}
+
+void
+kernel_lose(struct kernel *k, const char *why)
 {
 	if (k->lost != NULL)
 		return;
@@ -273,6 +154,23 @@ lose(struct kernel *k, const char *why)
 	log_warn("the IPython kernel %s; killing it", why);
 	bufferevent_disable(k->ctl, EV_READ);
 	spawn_kill(k->sp, SIGKILL);
+}
+
+void
+kernel_set_reading(struct kernel *k, int on)
+{
+	if (k->sp == NULL)
+		return;
+	if (on) {
+		spawn_resume_output(k->sp);
+		if (k->lost == NULL && k->ctl != NULL &&
+		    !evtimer_pending(k->eof_timer, NULL))
+			bufferevent_enable(k->ctl, EV_READ);
+	} else {
+		spawn_pause_output(k->sp);
+		if (k->ctl != NULL)
+			bufferevent_disable(k->ctl, EV_READ);
+	}
 }
 
 static double
@@ -290,8 +188,19 @@ ready(struct kernel *k, json_t *msg)
 {
 	const char *py = json_string_value(json_object_get(msg, "python"));
 	const char *ipy = json_string_value(json_object_get(msg, "ipython"));
+	const char *why = json_string_value(json_object_get(msg, "error"));
+	struct error err = { 0 };
 
 	evtimer_del(k->timer);
+	if (!json_is_true(json_object_get(msg, "ready"))) {
+		/* It cannot work where it was asked to (cwd): the request's
+		 * fault, not ours. */
+		error_set(&err, 400, "the Python kernel cannot start in %s: %.300s",
+		    k->cwd != NULL ? k->cwd : "the workspace",
+		    why != NULL ? why : "(no reason given)");
+		start_failed(k, &err);
+		return;
+	}
 	log_info("IPython kernel ready in %.0f ms (pid %d, Python %s, "
 	    "IPython %s)", seconds_since(&k->started) * 1000,
 	    (int)spawn_pid(k->sp), py ? py : "?", ipy ? ipy : "?");
@@ -306,67 +215,8 @@ ready(struct kernel *k, json_t *msg)
 		kstream_reset(&k->out[s]);
 	}
 	k->state = KERNEL_IDLE;
-	kick(k);
-}
-
-/* The images of a cell's answer, rebuilt field by field: the frame comes
- * from code the user controls. NULL if it is not a list of images, or of
- * more than the kernel may send. */
-static json_t *
-clean_images(json_t *list)
-{
-	json_t *clean, *item;
-	size_t i;
-
-	if (!json_is_array(list) || json_array_size(list) > KERNEL_IMAGES_MAX)
-		return NULL;
-	clean = json_array();
-	json_array_foreach(list, i, item) {
-		json_t *data = json_object_get(item, "data");
-		json_t *mime = json_object_get(item, "mimeType");
-
-		if (!json_is_string(data) || !json_is_string(mime)) {
-			json_decref(clean);
-			return NULL;
-		}
-		json_array_append_new(clean, json_pack("{s:s, s:O, s:O}",
-		    "type", "image", "data", data, "mimeType", mime));
-	}
-	return clean;
-}
-
-static void
-handle_frame(struct kernel *k, json_t *msg)
-{
-	struct kernel_cell *cell = k->running;
-	json_t *images;
-
-	if (k->state == KERNEL_STARTING &&
-	    json_is_true(json_object_get(msg, "ready"))) {
-		ready(k, msg);
-		return;
-	}
-	if (k->state == KERNEL_BUSY && !cell->started &&
-	    json_is_true(json_object_get(msg, "started"))) {
-		cell->started = 1;
-		if (cell->interrupt)
-			spawn_kill(k->sp, SIGINT);
-		return;
-	}
-	if (k->state == KERNEL_BUSY && !cell->answered &&
-	    json_object_get(msg, "images") != NULL) {
-		images = clean_images(json_object_get(msg, "images"));
-		if (images == NULL) {
-			lose(k, "sent images that are not a list of at most 64 "
-			    "images on fd 3");
-			return;
-		}
-		cell->images = images;
-		cell->answered = 1;
-		check_done(k);
-		return;
-	}
-	lose(k, "sent a frame out of turn");
+	notify_waiters(k, NULL);
+	kernel_kick(k);
 }
 
 static void
@@ -381,10 +231,14 @@ ctl_read_cb(struct bufferevent *bev, void *arg)
 	while (k->ctl == bev && k->lost == NULL &&
 	    (rc = kstream_read_frame(in, &msg, &why)) != 0) {
 		if (rc < 0) {
-			lose(k, why);
+			kernel_lose(k, why);
 			return;
 		}
-		handle_frame(k, msg);
+		if (k->state == KERNEL_STARTING &&
+		    json_object_get(msg, "ready") != NULL)
+			ready(k, msg);
+		else
+			kernel_cell_frame(k, msg);
 		json_decref(msg);
 	}
 }
@@ -407,7 +261,7 @@ eof_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
-	lose(arg, "closed its control channel");
+	kernel_lose(arg, "closed its control channel");
 }
 
 static void
@@ -428,16 +282,14 @@ describe_status(int status, const char *lost, char *buf, size_t size)
 
 static int start(struct kernel *k, struct error *err);
 
-static void
-restart(struct kernel *k)
+void
+kernel_replace(struct kernel *k)
 {
 	struct error err = { 0 };
 
 	stop(k);
-	if (start(k, &err) < 0) {
-		log_error("%s", err.msg);
-		fail_queue(k, &err);
-	}
+	if (start(k, &err) < 0)
+		start_failed(k, &err);
 }
 
 static void
@@ -457,29 +309,27 @@ exit_cb(struct spawn *sp, int status, void *arg)
 		error_set(&err, 503, "the IPython kernel could not start: it "
 		    "%s%s%s", how, detail[0] != '\0' ? ": " : "", detail);
 		free(detail);
-		log_error("%s", err.msg);
-		stop(k);
-		fail_queue(k, &err);
+		start_failed(k, &err);
 		break;
 	case KERNEL_BUSY:
 		log_warn("the IPython kernel %s while running a cell", how);
 		if (k->running->abandoned) {
 			snprintf(how + strlen(how), sizeof how - strlen(how),
 			    " in a cell whose client had left");
-			tell_next(k, how);
+			kernel_tell_next(k, how);
 		}
-		finish_cell(k, "[the IPython kernel %s while running this cell: "
-		    "its state (variables, imports) is lost; the next call "
-		    "gets a fresh kernel]", how);
-		restart(k);
+		kernel_finish_cell(k, KERNEL_END_LOST, "the IPython kernel %s "
+		    "while running this cell: its state (variables, imports) "
+		    "is lost; the next call gets a fresh kernel", how);
+		kernel_replace(k);
 		break;
 	default:
 		log_warn("the IPython kernel %s while idle", how);
 		snprintf(how + strlen(how), sizeof how - strlen(how),
 		    " between cells");
-		tell_next(k, how);
-		if (k->agent->cfg.prewarm_kernel || !TAILQ_EMPTY(&k->queue))
-			restart(k);
+		kernel_tell_next(k, how);
+		if (k->keep_running || !TAILQ_EMPTY(&k->queue))
+			kernel_replace(k);
 		else
 			stop(k);
 		break;
@@ -489,8 +339,8 @@ exit_cb(struct spawn *sp, int status, void *arg)
 /* SIGINT to the group, as ^C in a terminal; not before the kernel runs the
  * cell, else the signal would find it between cells, where it is ignored.
  * Either way the kernel is killed if the cell has not ended by the grace. */
-static void
-interrupt(struct kernel *k)
+void
+kernel_interrupt(struct kernel *k)
 {
 	struct kernel_cell *cell = k->running;
 
@@ -498,7 +348,7 @@ interrupt(struct kernel *k)
 	if (cell->started)
 		spawn_kill(k->sp, SIGINT);
 	evtimer_del(k->timer);
-	arm(k, TIMER_GRACE, KERNEL_GRACE_SECONDS);
+	kernel_arm(k, TIMER_GRACE, KERNEL_GRACE_SECONDS);
 }
 
 static void
@@ -514,27 +364,26 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	case TIMER_START:
 		error_set(&err, 503, "the IPython kernel did not start within "
 		    "%d seconds", KERNEL_START_SECONDS);
-		log_error("%s", err.msg);
-		stop(k);
-		fail_queue(k, &err);
+		start_failed(k, &err);
 		break;
 	case TIMER_CELL:
 		log_info("IPython cell timed out after %g s; interrupting it",
 		    cell->timeout);
 		cell->timed_out = 1;
-		interrupt(k);
+		kernel_interrupt(k);
 		break;
 	case TIMER_GRACE:
 		log_warn("the IPython kernel ignored the interrupt; killing and "
 		    "restarting it");
 		if (cell->abandoned)
-			tell_next(k, "was restarted, as a cell whose client had "
-			    "left did not stop on interrupt");
-		finish_cell(k, "[the cell ran past its %g-second timeout and did "
-		    "not stop within %d seconds of the interrupt: the kernel was "
-		    "killed and restarted, and its state (variables, imports) is "
-		    "lost]", cell->timeout, KERNEL_GRACE_SECONDS);
-		restart(k);
+			kernel_tell_next(k, "was restarted, as a cell whose "
+			    "client had left did not stop on interrupt");
+		kernel_finish_cell(k, KERNEL_END_LOST, "the cell ran past its "
+		    "%g-second timeout and did not stop within %d seconds of "
+		    "the interrupt: the kernel was killed and restarted, and "
+		    "its state (variables, imports) is lost", cell->timeout,
+		    KERNEL_GRACE_SECONDS);
+		kernel_replace(k);
 		break;
 	}
 }
@@ -586,7 +435,7 @@ start(struct kernel *k, struct error *err)
 	struct agent *agent = k->agent;
 	struct spawn_options opts;
 	struct spawn_callbacks cb = { 0 };
-	const char *argv[5];
+	const char *argv[7];
 	char hex[TOKEN_HEX_LEN], *python;
 	int sv[2], fds[2];
 
@@ -612,6 +461,11 @@ start(struct kernel *k, struct error *err)
 	argv[2] = "-c";
 	argv[3] = KERNEL_BOOTSTRAP;
 	argv[4] = NULL;
+	if (k->mode == KERNEL_E2B) {
+		argv[4] = "e2b";
+		argv[5] = k->cwd;
+		argv[6] = NULL;
+	}
 	confine_spawn_options(agent, &opts);
 	opts.argv = argv;
 	opts.stdio[0] = SPAWN_NULL;
@@ -635,108 +489,70 @@ start(struct kernel *k, struct error *err)
 	    BEV_OPT_CLOSE_ON_FREE);
 	bufferevent_setcb(k->ctl, ctl_read_cb, NULL, ctl_event_cb, k);
 	bufferevent_enable(k->ctl, EV_READ);
-	if (k->timer == NULL) {
-		k->timer = evtimer_new(agent->base, timer_cb, k);
-		k->eof_timer = evtimer_new(agent->base, eof_cb, k);
-	}
 	token_random_hex(hex);
 	snprintf(k->marker, sizeof k->marker, "\x1e%s\x1e", hex);
 	k->lost = NULL;
 	k->state = KERNEL_STARTING;
 	clock_gettime(CLOCK_MONOTONIC, &k->started);
-	arm(k, TIMER_START, KERNEL_START_SECONDS);
+	kernel_arm(k, TIMER_START, KERNEL_START_SECONDS);
 	log_info("starting the IPython kernel (pid %d)", (int)spawn_pid(k->sp));
 	return 0;
 }
 
 static void
-kick(struct kernel *k)
+add_waiter(struct kernel *k, kernel_ready_cb cb, void *arg)
 {
-	struct kernel_cell *cell;
-	json_t *msg;
-	char *text;
-	size_t len;
-	unsigned char head[4];
+	struct kernel_waiter *w;
 
-	if (k->state != KERNEL_IDLE || TAILQ_EMPTY(&k->queue))
+	if (cb == NULL)
 		return;
-	cell = TAILQ_FIRST(&k->queue);
-	TAILQ_REMOVE(&k->queue, cell, entry);
-	k->running = cell;
-	k->state = KERNEL_BUSY;
-	msg = json_pack("{s:O, s:s, s:{s:i, s:i}}", "code", cell->code,
-	    "marker", k->marker, "images_limit", "count", KERNEL_IMAGES_MAX,
-	    "bytes", KSTREAM_FRAME_MAX - KERNEL_FRAME_SLACK);
-	text = json_dumps(msg, JSON_COMPACT);
-	json_decref(msg);
-	len = strlen(text);
-	head[0] = (unsigned char)(len >> 24);
-	head[1] = (unsigned char)(len >> 16);
-	head[2] = (unsigned char)(len >> 8);
-	head[3] = (unsigned char)len;
-	bufferevent_write(k->ctl, head, sizeof head);
-	bufferevent_write(k->ctl, text, len);
-	free(text);
-	arm(k, TIMER_CELL, cell->timeout);
+	w = xcalloc(1, sizeof *w);
+	w->cb = cb;
+	w->arg = arg;
+	TAILQ_INSERT_TAIL(&k->waiters, w, entry);
 }
 
-struct kernel_cell *
-kernel_run(struct agent *agent, json_t *code, double timeout,
-    kernel_done_cb done, void *arg, struct error *err)
+int
+kernel_start(struct kernel *k, kernel_ready_cb ready_cb, void *arg,
+    struct error *err)
 {
-	struct kernel *k = kernel_get(agent);
-	struct kernel_cell *cell;
-
-	if (k->state == KERNEL_STOPPED && start(k, err) < 0)
-		return NULL;
-	cell = xcalloc(1, sizeof *cell);
-	cell->k = k;
-	cell->code = json_incref(code);
-	cell->timeout = timeout;
-	cell->done = done;
-	cell->arg = arg;
-	TAILQ_INSERT_TAIL(&k->queue, cell, entry);
-	kick(k);
-	return cell;
+	if (k->state != KERNEL_STOPPED)
+		fatal("kernel_start: the kernel is not stopped");
+	if (start(k, err) < 0)
+		return -1;
+	add_waiter(k, ready_cb, arg);
+	return 0;
 }
 
 void
-kernel_abandon(struct kernel_cell *cell)
+kernel_restart(struct kernel *k, kernel_ready_cb ready_cb, void *arg)
 {
-	struct kernel *k = cell->k;
-
-	if (cell != k->running) {
-		TAILQ_REMOVE(&k->queue, cell, entry);
-		json_decref(cell->code);
-		free(cell);
-		return;
-	}
-	cell->abandoned = 1;
-	if (!cell->interrupt) {
-		log_info("the client of a running IPython cell left; "
-		    "interrupting it");
-		interrupt(k);
-	}
+	add_waiter(k, ready_cb, arg);
+	if (k->running != NULL)
+		kernel_finish_cell(k, KERNEL_END_RESTARTED, "the context was "
+		    "restarted while this cell ran: its state (variables, "
+		    "imports) is lost");
+	/* Nobody needs telling: a restart is asked for to lose the state. */
+	free(k->next_note);
+	k->next_note = NULL;
+	kernel_replace(k);
 }
 
 void
-kernel_result_free(struct kernel_result *res)
+kernel_free(struct kernel *k, const char *why, const struct error *err)
 {
-	if (res == NULL)
+	if (k == NULL)
 		return;
-	if (res->out != NULL)
-		evbuffer_free(res->out);
-	if (res->errout != NULL)
-		evbuffer_free(res->errout);
-	json_decref(res->images);
-	free(res);
-}
-
-void
-kernel_prewarm(struct agent *agent)
-{
-	struct error err = { 0 };
-
-	if (start(kernel_get(agent), &err) < 0)
-		log_warn("--prewarm-kernel: %s", err.msg);
+	if (k->running != NULL)
+		kernel_finish_cell(k, KERNEL_END_LOST, "%s", why);
+	stop(k);
+	notify_waiters(k, err);
+	kernel_fail_queue(k, err);
+	event_free(k->timer);
+	event_free(k->eof_timer);
+	kstream_free(&k->out[1]);
+	kstream_free(&k->out[2]);
+	free(k->next_note);
+	free(k->cwd);
+	free(k);
 }

@@ -138,6 +138,13 @@ kstream_reset(struct kernel_stream *ks)
 	ks->marked = 0;
 }
 
+void
+kstream_free(struct kernel_stream *ks)
+{
+	evbuffer_free(ks->buf);
+	evbuffer_free(ks->spill);
+}
+
 char *
 kstream_tail(struct kernel_stream *ks, size_t max)
 {
@@ -211,7 +218,7 @@ kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
 	evbuffer_drain(in, sizeof head);
 	*msg = json_load_callback(frame_read_cb, &r, 0, &jerr);
 	if (r.values > KSTREAM_FRAME_VALUES) {
-		*why = "sent a control frame of over 1024 JSON values on fd 3";
+		*why = "sent a control frame of over 65536 JSON values on fd 3";
 	} else if (!json_is_object(*msg) || r.left > 0) {
 		*why = "sent a malformed control frame on fd 3";
 	} else {

@@ -15,12 +15,13 @@
 #include <jansson.h>
 
 #define MARKER_LEN 34		/* \x1e, 32 hex digits, \x1e */
-/* A control frame holds at most this many bytes (the largest is a cell's
- * images, base64) and JSON values (each costs jansson some 50 bytes, where
- * the text "1," is 2: a frame of small values must not cost 25 times its
- * size). */
+/* A control frame holds at most this many bytes (the largest are a cell's
+ * images and rich results, base64) and JSON values (each costs jansson
+ * some 50 bytes, where the text "1," is 2: a frame of small values must
+ * not cost 25 times its size; 65536 of them, a result's JSON or a
+ * DataFrame's columns, cost some 4 MiB). */
 #define KSTREAM_FRAME_MAX (16u * 1024 * 1024)
-#define KSTREAM_FRAME_VALUES 1024
+#define KSTREAM_FRAME_VALUES 65536
 
 struct evbuffer;
 
@@ -53,6 +54,7 @@ struct evbuffer *kstream_take(struct kernel_stream *ks, const char *name,
     size_t cap);
 /* Forget everything (a new kernel). */
 void kstream_reset(struct kernel_stream *ks);
+void kstream_free(struct kernel_stream *ks);
 /* Up to max bytes of the end of the pending output, valid UTF-8 without
  * its final newlines, for a message. Caller frees. */
 char *kstream_tail(struct kernel_stream *ks, size_t max);

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "desktop.h"
+#include "envd_fs.h"
 #include "files_staged.h"
 #include "log.h"
 #include "spawn.h"
@@ -78,7 +79,16 @@ static const struct config_option options[] = {
 	{ "--python", "AGENT_PYTHON", CONFIG_STRING, &agent.cfg.python, "PATH",
 	    "Python interpreter of the IPython kernel (default python3)" },
 	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
-	    "start the IPython kernel at start, not on first use" },
+	    "start run_ipython_cell's IPython kernel at start, not on first "
+	    "use" },
+	{ "--prewarm-context", "AGENT_PREWARM_CONTEXT", CONFIG_BOOL,
+	    &agent.cfg.prewarm_context, "BOOL", "start the code interpreter's "
+	    "default context (/ci) at start, not on first use (default "
+	    "false)" },
+	{ "--max-contexts", "AGENT_MAX_CONTEXTS", CONFIG_INT,
+	    &agent.cfg.max_contexts, "N", "code interpreter contexts (each a "
+	    "Python kernel) at once, the default one included (default 16, "
+	    "1 to 256)" },
 	{ "--shell-spares", "AGENT_SHELL_SPARES", CONFIG_INT,
 	    &agent.cfg.shell_spares, "N", "bash shells kept started, each "
 	    "waiting for one command, so that a command need not wait for "
@@ -340,6 +350,7 @@ setup(int argc, char **argv)
 	agent.cfg.max_body = 32 * 1024 * 1024;
 	agent.cfg.default_timeout = 300;
 	agent.cfg.shell_spares = 2;
+	agent.cfg.max_contexts = 16;
 	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
 	agent.cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
@@ -380,6 +391,11 @@ setup(int argc, char **argv)
 	}
 	if (!(agent.cfg.default_timeout > 0)) {
 		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
+		return 2;
+	}
+	if (agent.cfg.max_contexts < 1 || agent.cfg.max_contexts > 256) {
+		fprintf(stderr, "sandbox-agent: --max-contexts must be 1 to "
+		    "256\n");
 		return 2;
 	}
 	if (agent.cfg.shell_spares < 0) {
@@ -454,11 +470,13 @@ setup(int argc, char **argv)
 	if (agent.io_pool == NULL)
 		log_warn("file reads and deletes will fail: %s", err.msg);
 	gitops_routes_init(&agent);
+	envd_init(&agent);
 	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
-		kernel_prewarm(&agent);
+		ipython_prewarm(&agent);
+	ci_init(&agent);
 	shell_spares_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
@@ -498,6 +516,11 @@ main(int argc, char **argv)
 	 * by the agent as the desktop's user; nothing of the agent's own. */
 	if (argc > 1 && strcmp(argv[1], "--vnc-helper") == 0)
 		return vnc_helper_main(argc, argv);
+	/* A file helper of envd's (envd_fs.h): this binary executed anew,
+	 * as a user of the sandbox; nothing of the agent's runs. */
+	if (argc == 2 && strcmp(argv[1], ENVD_FS_HELPER_ARG) == 0)
+		return envd_fs_helper_main();
+
 	/* Undumpable, before anything secret is in memory: no process of
 	 * the same user (root, when there is no --run-as) may then read our
 	 * environment or memory, or take our descriptors (pidfd_getfd), as

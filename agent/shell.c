@@ -54,9 +54,8 @@ struct shell_run {
 	struct spawn *sp;
 	double timeout;
 	int stream;
-	/* streaming: bytes of an unfinished UTF-8 sequence per stream */
-	char partial[3][4];
-	size_t npartial[3];
+	/* streaming: an unfinished UTF-8 sequence per stream */
+	struct utf8_carry carry[3];
 	struct event *keepalive;
 	/* plain: the items of the answer */
 	struct evbuffer *bufs[3];
@@ -154,28 +153,16 @@ stream_event(struct shell_run *run, json_t *event)
 static void
 stream_data(struct shell_run *run, int stream, const char *data, size_t len)
 {
-	char stackbuf[64 * 1024 + 8];
-	char *buf = stackbuf;
-	size_t total = run->npartial[stream] + len, whole;
+	json_t *text = utf8_carry_json(&run->carry[stream], data, len);
 	json_t *event;
 
-	if (total > sizeof stackbuf)
-		buf = xmalloc(total);
-	memcpy(buf, run->partial[stream], run->npartial[stream]);
-	memcpy(buf + run->npartial[stream], data, len);
-	/* Hold back a UTF-8 sequence cut by the pipe; the next read ends it. */
-	whole = len > 0 ? utf8_complete_prefix(buf, total) : total;
-	run->npartial[stream] = total - whole;
-	memcpy(run->partial[stream], buf + whole, run->npartial[stream]);
-	if (whole > 0) {
+	if (text != NULL) {
 		event = json_object();
 		json_object_set_new(event, "type",
 		    json_string(stream == 1 ? "stdout" : "stderr"));
-		json_object_set_new(event, "data", utf8_json_string(buf, whole));
+		json_object_set_new(event, "data", text);
 		stream_event(run, event);
 	}
-	if (buf != stackbuf)
-		free(buf);
 	if (http_reply_pending(run->req) > SHELL_STREAM_HIGH)
 		spawn_pause_output(run->sp);
 }
@@ -195,7 +182,7 @@ stream_exit(struct spawn *sp, int status, void *arg)
 	json_t *event = json_object();
 
 	for (int s = 1; s <= 2; s++)
-		if (run->npartial[s] > 0)
+		if (run->carry[s].n > 0)
 			stream_data(run, s, "", 0);
 	json_object_set_new(event, "type", json_string("end"));
 	json_object_set_new(event, "returncode", json_integer(

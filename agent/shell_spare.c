@@ -12,14 +12,19 @@
  * jobs; BASH_EXECUTION_STRING is the command, as under -c, and nothing
  * else of the script is left (REPLY is unset, IFS untouched). Only its
  * syntax errors would differ ("eval:" where -c says "-c:"), so the text
- * is first parsed, not run, as the body of a function: if that fails the
- * spare executes bash -c with it, the very thing it stands for (a text
- * that fails only there, as one that shopt -s extglob on an earlier line
- * makes valid, is still run right). A command too long for argv (the go
- * byte is "l", not "x") is run by eval alone, as shell.c runs it without
- * a spare, messages saying "eval:". Each spare serves one command and is
- * replaced in the background: 5 ms later, off the path of the call that
- * took it, or at once when it was the last one (calls come fast).
+ * is first parsed and not run: a function evals "set -n" and then the
+ * text, so that bash parses each of its commands and executes none (not
+ * even a set +n of the text's: noexec stops every command), and `local -`
+ * gives the option back when the function returns. If that fails the
+ * spare executes bash -c with the text, the very thing it stands for (a
+ * text that fails only there, as one that shopt -s extglob on an earlier
+ * line makes valid, is still run right; a bash without `local -`, before
+ * 4.4, always takes that way). Nothing of the text runs before or besides
+ * the one real run. A command too long for argv (the go byte is "l", not
+ * "x") is run by eval alone, as shell.c runs it without a spare, messages
+ * saying "eval:". Each spare serves one command and is replaced in the
+ * background: 5 ms later, off the path of the call that took it, or at
+ * once when it was the last one (calls come fast).
  *
  * A spare is used only if it is ready (its bash executed), has written
  * nothing and still runs, and the workspace is the directory it was
@@ -34,6 +39,19 @@
  * (as without spares). As root (no --run-as) an earlier command could
  * replace /bin/bash itself; there the spare is as reachable as any
  * command.
+ *
+ * Undumpable is not untouchable: a process of the same user may still
+ * signal a spare (SIGSTOP: the next call would hang to its timeout),
+ * lower its limits (RLIMIT_NOFILE, RLIMIT_FSIZE: the next call fails),
+ * renice it or pin it to one CPU, and its command line tells it from
+ * other shells. So the call checks the spare it takes (spawn_untouched):
+ * running, not stopped nor traced, and the limits, scheduling, CPUs and
+ * I/O priority a bash -c started now would get; a spare that fails is
+ * dropped (its keeper kills it) and the call takes spawn_start's path.
+ * Dropped spares are replaced after SPARE_RETRY_SECONDS, as dead ones:
+ * a job that spoils every spare must not make us fork in a loop. What
+ * the user does to the command after the check, it could do to a fresh
+ * bash -c just as well.
  */
 #include "agent.h"
 
@@ -53,14 +71,15 @@
 #include "spawn.h"
 #include "xmalloc.h"
 
-/* $'\n}', not a newline: the script stays on line 1, as the command's
+/* $'\n', not a newline: the script stays on line 1, as the command's
  * LINENO must count from there. */
-#define SPARE_SCRIPT "read -rN1 -u3 REPLY||exit 0;" \
+#define SPARE_SCRIPT "__sbx_check(){ local -||return;" \
+	"eval \"set -n\"$'\\n'\"$BASH_EXECUTION_STRING\";};" \
+	"read -rN1 -u3 REPLY||exit 0;" \
 	"IFS= read -rd '' -u4 BASH_EXECUTION_STRING;exec 3<&- 4<&-;" \
-	"[ \"$REPLY\" = l ]||" \
-	"eval \"__sbx_parse(){ $BASH_EXECUTION_STRING\"$'\\n}' 2>/dev/null||" \
+	"[ \"$REPLY\" = l ]||__sbx_check 2>/dev/null||" \
 	"exec /bin/bash -c \"$BASH_EXECUTION_STRING\";" \
-	"unset -f __sbx_parse;unset REPLY;eval \"$BASH_EXECUTION_STRING\""
+	"unset -f __sbx_check;unset REPLY;eval \"$BASH_EXECUTION_STRING\""
 #define SPARE_MAX 8
 /* After a spare died unused, wait before the next: a shell that cannot
  * start must not make us fork in a loop. */
@@ -140,12 +159,21 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 	spare_refill();
 }
 
+/* Spares lost before their use are replaced a little later. */
+static void
+retry_later(void)
+{
+	struct timeval tv = { SPARE_RETRY_SECONDS, 0 };
+
+	if (!pool.stopped)
+		evtimer_add(pool.retry, &tv);
+}
+
 /* A spare exited before it was used (killed, or its shell would not
  * start): dropped, and replaced a little later. */
 static void
 spare_died(struct spawn *sp, int status, void *arg)
 {
-	struct timeval tv = { SPARE_RETRY_SECONDS, 0 };
 	struct spare s;
 
 	(void)arg;
@@ -158,8 +186,8 @@ spare_died(struct spawn *sp, int status, void *arg)
 		spare_close(&s);
 		break;
 	}
-	if (!pool.stopped && !evtimer_pending(pool.retry, NULL))
-		evtimer_add(pool.retry, &tv);
+	if (!evtimer_pending(pool.retry, NULL))
+		retry_later();
 }
 
 static int
@@ -278,6 +306,14 @@ shell_spares_init(struct agent *agent)
 	pool.want = (size_t)agent->cfg.shell_spares;
 	if (pool.want > SPARE_MAX)
 		pool.want = SPARE_MAX;
+	/* A spare is checked through /proc before use: without it none
+	 * would pass, and each call would start spares for nothing. */
+	if (pool.want > 0 && access("/proc/self/limits", R_OK) < 0) {
+		log_warn("no spare shells: a spare is checked through /proc "
+		    "before use, and /proc/self/limits is unreadable (%s)",
+		    strerror(errno));
+		pool.want = 0;
+	}
 	pool.retry = evtimer_new(agent->base, retry_cb, NULL);
 	spare_refill();
 }
@@ -289,6 +325,7 @@ shell_spare_take(const char *command, size_t len, int too_long_for_argv,
 {
 	dev_t dev;
 	ino_t ino;
+	int spoilt = 0;
 
 	if (pool.n == 0 || workspace_id(&dev, &ino) < 0)
 		return NULL;
@@ -306,6 +343,15 @@ shell_spare_take(const char *command, size_t len, int too_long_for_argv,
 		    spawn_captured(s->sp) > 0)
 			continue;
 		taken = spare_remove(i);
+		if (!spawn_untouched(taken.sp)) {
+			log_warn("a spare shell (pid %d) was stopped, traced, "
+			    "re-limited or re-prioritised while idle: dropped",
+			    (int)spawn_pid(taken.sp));
+			spare_close(&taken);
+			spoilt = 1;
+			i--;
+			continue;
+		}
 		if (pwrite(taken.script, command, len, 0) != (ssize_t)len ||
 		    write(taken.go, too_long_for_argv ? "l" : "x", 1) != 1) {
 			spare_close(&taken);
@@ -315,14 +361,19 @@ shell_spare_take(const char *command, size_t len, int too_long_for_argv,
 		close(taken.go);
 		close(taken.script);
 		spawn_adopt(taken.sp, cb, arg, cap, timeout);
+		if (spoilt)
+			retry_later();
 		/* The last one: calls come fast, the next must not miss. */
-		if (pool.n == 0)
+		else if (pool.n == 0)
 			spare_refill();
 		else
 			refill_later();
 		return taken.sp;
 	}
-	spare_refill();
+	if (spoilt)
+		retry_later();
+	else
+		spare_refill();
 	return NULL;
 }
 

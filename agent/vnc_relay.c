@@ -5,7 +5,9 @@
  * computer tool's (the socket's directory is theirs, so whatever its name
  * leads to is reached only as they could); the server shares the display
  * among them all. Bytes from the server go to the viewer as binary
- * frames; the payload of the viewer's frames goes to the server.
+ * frames; the payload of the viewer's frames goes to the server, through
+ * the view-only filter (vnc_filter.h) when the query says view_only=true
+ * (sandboxd's way of passing on a view-only desktop link).
  *
  * Back-pressure both ways: the side that is written to is never given
  * more than a high-water mark, and the side it comes from is not read
@@ -18,6 +20,7 @@
 #include "agent.h"
 #include "desktop.h"
 #include "desktop_web.h"
+#include "vnc_filter.h"
 #include "websocket.h"
 
 #include <errno.h>
@@ -68,6 +71,8 @@ struct relay {
 	int closing;			/* our close frame is queued */
 	int pinged;			/* a ping went out unanswered */
 	int viewer_paused;		/* not read: the server's full */
+	struct evbuffer *staged;	/* view-only: payload to filter */
+	struct vnc_filter filter;
 };
 
 /* From the handler to the hand-over of the connection; freed by
@@ -79,6 +84,7 @@ struct relay_start {
 	int tries;
 	int fd;				/* connected to the VNC server */
 	int binary;
+	int view_only;
 	char accept[WEBSOCKET_ACCEPT_LEN + 1];
 };
 
@@ -100,6 +106,8 @@ relay_free(struct relay *r, const char *why)
 	if (r->server != NULL)
 		bufferevent_free(r->server);
 	bufferevent_free(r->viewer);
+	if (r->staged != NULL)
+		evbuffer_free(r->staged);
 	free(r);
 }
 
@@ -154,6 +162,10 @@ pump_up(struct relay *r)
 	struct evbuffer *in = bufferevent_get_input(r->viewer);
 	struct evbuffer *up = bufferevent_get_output(r->server);
 	struct evbuffer *down = bufferevent_get_output(r->viewer);
+	/* A view-only viewer's payload is staged, then filtered: what
+	 * passes is never more than what came. */
+	struct evbuffer *payload = r->staged != NULL ? r->staged : up;
+	int got;
 
 	for (;;) {
 		size_t queued = evbuffer_get_length(up);
@@ -164,7 +176,13 @@ pump_up(struct relay *r)
 			bufferevent_disable(r->viewer, EV_READ);
 			return;
 		}
-		switch (websocket_read(&r->ws, in, up, SERVER_HIGH - queued)) {
+		got = websocket_read(&r->ws, in, payload, SERVER_HIGH - queued);
+		if (r->staged != NULL &&
+		    vnc_filter_run(&r->filter, r->staged, up) < 0) {
+			finish(r, WEBSOCKET_POLICY, r->filter.why);
+			return;
+		}
+		switch (got) {
 		case WEBSOCKET_AGAIN:
 			if (evbuffer_get_length(up) < SERVER_HIGH) {
 				r->viewer_paused = 0;
@@ -310,6 +328,8 @@ upgraded_cb(struct bufferevent *viewer, void *arg)
 	}
 	r = xcalloc(1, sizeof *r);
 	r->viewer = viewer;
+	if (s->view_only)
+		r->staged = evbuffer_new();
 	r->server = bufferevent_socket_new(s->agent->base, s->fd,
 	    BEV_OPT_CLOSE_ON_FREE);
 	s->fd = -1;
@@ -317,7 +337,8 @@ upgraded_cb(struct bufferevent *viewer, void *arg)
 	if (r->server == NULL)
 		fatal("out of memory");
 	LIST_INSERT_HEAD(&relays, r, entry);
-	log_info("desktop: a viewer connected; %u now", nrelays);
+	log_info("desktop: a viewer connected%s; %u now", r->staged != NULL ?
+	    " (view only)" : "", nrelays);
 	bufferevent_setcb(viewer, viewer_read_cb, viewer_write_cb,
 	    viewer_event_cb, r);
 	bufferevent_setcb(r->server, server_read_cb, server_write_cb,
@@ -460,6 +481,7 @@ vnc_relay_route(struct http_request *req, void *arg)
 	struct relay_start *s;
 	struct error err = { 0 };
 	char accept[WEBSOCKET_ACCEPT_LEN + 1];
+	const char *view_only;
 	int binary;
 
 	if (!desktop_web_authorize(agent, req, 0))
@@ -490,6 +512,8 @@ vnc_relay_route(struct http_request *req, void *arg)
 	s->req = req;
 	s->fd = -1;
 	s->binary = binary;
+	view_only = http_request_query(req, "view_only");
+	s->view_only = view_only != NULL && strcmp(view_only, "true") == 0;
 	memcpy(s->accept, accept, sizeof accept);
 	nrelays++;
 	try_connect(s);

@@ -120,6 +120,11 @@ void http_client_resume(struct http_client_request *r);
 int http_client_cancel(struct http_client_request *r);
 /* The arg given to http_client_start. */
 void *http_client_arg(struct http_client_request *r);
+/* A non-blocking socket connecting to addr (as in the options), for a
+ * caller that speaks on it itself (a WebSocket relay), a unix socket
+ * reached as every request reaches it (never through a symlink in its
+ * place); -1 with err (400 bad address, 502 refused at once). */
+int http_client_connect(const char *addr, struct error *err);
 
 /*
  * For JSON APIs (Docker, MCP, agents): body (may be NULL) is sent as

@@ -5,12 +5,15 @@
 #include "http_client_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -174,24 +177,74 @@ http_client_write_head(const struct http_client_options *o,
 		evbuffer_add(out, o->body, o->body_len);
 }
 
+/*
+ * A unix socket is reached through a descriptor of the socket file itself,
+ * opened without following a symlink in its place, then connected to by
+ * its /proc/self/fd name: an agent's socket lies in a directory that its
+ * sandbox can write (root in a root-mode sandbox), and connect() on the
+ * name would follow a symlink put there to any socket of the host, such
+ * as Docker's, with sandboxd's root. The directories above it are ours.
+ */
+static int
+connect_unix(int fd, const struct sockaddr_un *sun)
+{
+	struct sockaddr_un via = { .sun_family = AF_UNIX };
+	struct stat st;
+	int pfd, rc, e;
+
+	pfd = open(sun->sun_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return -1;
+	if (fstat(pfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		e = S_ISLNK(st.st_mode) ? ELOOP : ECONNREFUSED;
+		close(pfd);
+		errno = e;
+		return -1;
+	}
+	snprintf(via.sun_path, sizeof via.sun_path, "/proc/self/fd/%d", pfd);
+	rc = connect(fd, (const struct sockaddr *)&via, sizeof via);
+	e = errno;
+	close(pfd);
+	errno = e;
+	return rc;
+}
+
 int
 http_client_open_socket(const struct sockaddr_storage *ss, socklen_t sslen)
 {
-	int fd, one = 1;
+	int fd, rc, one = 1;
 
 	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
 	    0);
 	if (fd < 0)
 		return -1;
-	if (ss->ss_family != AF_UNIX)
+	if (ss->ss_family != AF_UNIX) {
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(fd, (const struct sockaddr *)ss, sslen) < 0 &&
-	    errno != EINPROGRESS) {
+		rc = connect(fd, (const struct sockaddr *)ss, sslen);
+	} else {
+		rc = connect_unix(fd, (const struct sockaddr_un *)ss);
+	}
+	if (rc < 0 && errno != EINPROGRESS) {
 		int e = errno;
 
 		close(fd);
 		errno = e;
 		return -1;
 	}
+	return fd;
+}
+
+int
+http_client_connect(const char *addr, struct error *err)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+	int fd;
+
+	if (http_client_parse_addr(addr, &ss, &sslen, err) < 0)
+		return -1;
+	fd = http_client_open_socket(&ss, sslen);
+	if (fd < 0)
+		error_set_errno(err, 502, errno, "cannot connect to %s", addr);
 	return fd;
 }

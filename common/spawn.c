@@ -280,10 +280,11 @@ arm_timeout(struct spawn *sp, double seconds)
 
 /* The child side's reports, read until exec closes the pipe, or (a
  * keeper's) until the command's pid, which comes after any errno: the pid
- * into *cmd; the errno if it failed, else 0 (*in_setup: the caller's
- * setup failed). */
+ * into *cmd; the errno if it failed, else 0 (*kind: the report that
+ * said so, SPAWN_MSG_CHDIR when changing to cwd failed, SPAWN_MSG_SETUP
+ * when the caller's setup did). */
 static int
-read_reports(int fd, pid_t *cmd, int *in_setup)
+read_reports(int fd, pid_t *cmd, int *kind)
 {
 	struct spawn_msg msg;
 	int e = 0;
@@ -299,7 +300,7 @@ read_reports(int fd, pid_t *cmd, int *in_setup)
 			*cmd = (pid_t)msg.value;
 			return e;
 		}
-		*in_setup = msg.kind == SPAWN_MSG_SETUP;
+		*kind = msg.kind;
 		e = msg.value;
 	}
 }
@@ -359,7 +360,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e, in_setup = 0;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e, kind = 0;
 	sigset_t all, old;
 	struct spawn *sp;
 	pid_t pid, cmd;
@@ -422,7 +423,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->async)
 		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
 	else
-		e = read_reports(errpipe[0], &cmd, &in_setup);
+		e = read_reports(errpipe[0], &cmd, &kind);
 	/* A keeper's pipe stays open for what it tells later. */
 	if (e != 0 || !o->new_group) {
 		close(errpipe[0]);
@@ -441,9 +442,12 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		for (int i = 0; i < 3; i++)
 			if (parent_fd[i] >= 0)
 				close(parent_fd[i]);
-		if (in_setup)
+		if (kind == SPAWN_MSG_SETUP)
 			error_set_errno(err, 500, e, "cannot set up %s",
 			    o->argv[0]);
+		else if (kind == SPAWN_MSG_CHDIR)
+			error_set_errno(err, e == ENOENT ? 404 : 500, e,
+			    "cannot change to directory %s", o->cwd);
 		else
 			error_set_errno(err, e == ENOENT ? 404 : 500, e,
 			    "cannot execute %s", o->argv[0]);
@@ -541,6 +545,14 @@ spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
 		sp->out[i].kept = sp->out[i].dropped = 0;
 	}
 	arm_timeout(sp, timeout);
+}
+
+int
+spawn_untouched(struct spawn *sp)
+{
+	if (!sp->group || sp->exited || sp->cmd <= 0)
+		return 0;
+	return spawn_state_untouched(sp->cmd, sp->pid);
 }
 
 uint64_t

@@ -56,6 +56,16 @@ struct spawn_options {
 	 * spawn is ready (spawn_ready) when it did. Until then it has no
 	 * program pid, and a failed exec shows as an exit with 127. */
 	int async;
+	/* A session of its own (with new_group) whose controlling terminal
+	 * is its stdin, a pty's slave: job control and SIGWINCH work. */
+	int ctty;
+	/* Change to cwd only once dropped to uid/gid, so that the user's own
+	 * permissions decide whether it may (a root chdir could leave it in
+	 * a directory it may not enter). */
+	int cwd_as_user;
+	/* argv[0] without a '/' is looked up in the PATH of envp, as the
+	 * user, as execvp would. */
+	int search_path;
 	/* Run in the child before its working directory, ids and
 	 * confinement are set (entering namespaces, mounting): system calls
 	 * only, no allocation (the parent may have threads). -1 with errno
@@ -101,6 +111,13 @@ int spawn_ready(struct spawn *sp);
  * dropped counts start again) and timeout from now (0: none). */
 void spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb,
     void *arg, const size_t capture_cap[3], double timeout);
+/* A spawn started ahead of need (new_group), before it is adopted: its
+ * program still runs, is neither stopped nor traced, and has the resource
+ * limits, scheduling attributes, CPUs and I/O priority a child forked now
+ * by the calling thread would inherit. A process of the same user may
+ * have changed any of these (spawn_state.c). 0 if not, or if it cannot
+ * be told. */
+int spawn_untouched(struct spawn *sp);
 /* Bytes captured so far on stdout and stderr, kept or dropped. */
 uint64_t spawn_captured(struct spawn *sp);
 /* The program's pid (not its keeper's). */

@@ -27,6 +27,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -112,19 +113,84 @@ close_from(int first, int keep, int keep2)
 	}
 }
 
+/* The value of PATH in envp, or the default of execvp. */
+static const char *
+env_path(const char *const *envp)
+{
+	for (; envp != NULL && *envp != NULL; envp++) {
+		const char *e = *envp;
+
+		if (e[0] == 'P' && e[1] == 'A' && e[2] == 'T' && e[3] == 'H' &&
+		    e[4] == '=')
+			return e + 5;
+	}
+	return "/usr/local/bin:/usr/bin:/bin";
+}
+
+/* execvp's search, with no allocation: each directory of PATH in turn;
+ * returns (with errno) only if none held the program. EACCES wins over
+ * ENOENT, as in execvp, so that a program found but not executable says
+ * so. */
+static void
+exec_search(const char *name, const char *const *argv,
+    const char *const *envp)
+{
+	char buf[4096];
+	size_t nlen = 0;
+	int denied = 0;
+
+	while (name[nlen] != '\0')
+		nlen++;
+	for (const char *dir = env_path(envp); nlen > 0 && nlen < sizeof buf - 2;) {
+		size_t dlen = 0;
+
+		while (dir[dlen] != '\0' && dir[dlen] != ':')
+			dlen++;
+		if (dlen + nlen + 2 <= sizeof buf) {
+			size_t o = 0;
+
+			for (size_t i = 0; i < dlen; i++)
+				buf[o++] = dir[i];
+			if (o == 0)
+				buf[o++] = '.';	/* an empty entry: here */
+			buf[o++] = '/';
+			for (size_t i = 0; i <= nlen; i++)
+				buf[o++] = name[i];
+			execve(buf, (char *const *)argv, (char *const *)envp);
+			if (errno == EACCES)
+				denied = 1;
+			else if (errno != ENOENT && errno != ENOTDIR)
+				return;
+		}
+		if (dir[dlen] == '\0')
+			break;
+		dir += dlen + 1;
+	}
+	errno = denied ? EACCES : ENOENT;
+}
+
 void
 spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
     int own_group)
 {
+	const char *const *envp = o->envp != NULL ? o->envp :
+	    (const char *const *)environ;
 	sigset_t none;
 	int exec_fd = o->exec_fd;
 
-	if (own_group)
+	/* A session leader is its group's leader too. */
+	if (o->ctty) {
+		if (setsid() < 0)
+			goto fail;
+	} else if (own_group) {
 		setpgid(0, 0);
+	}
 	for (int i = 0; i < 3; i++) {
 		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
 			goto fail;
 	}
+	if (o->ctty && ioctl(0, TIOCSCTTY, 0) < 0)
+		goto fail;
 	if (move_pass_fds(o, &errfd, &exec_fd) < 0)
 		goto fail;
 	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
@@ -138,8 +204,8 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		report(errfd, SPAWN_MSG_SETUP, errno);
 		_exit(127);
 	}
-	if (o->cwd != NULL && chdir(o->cwd) < 0)
-		goto fail;
+	if (o->cwd != NULL && !o->cwd_as_user && chdir(o->cwd) < 0)
+		goto fail_cwd;
 	if (o->seccomp != NULL && drop_ptrace_cap() < 0)
 		goto fail;
 	if (o->set_ids) {
@@ -147,6 +213,8 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    setuid(o->uid) < 0)
 			goto fail;
 	}
+	if (o->cwd != NULL && o->cwd_as_user && chdir(o->cwd) < 0)
+		goto fail_cwd;
 	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? exec_fd : -1);
 	if (o->seccomp != NULL) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
@@ -154,15 +222,27 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		    o->seccomp) < 0)
 			goto fail;
 	}
-	if (o->use_exec_fd)
-		syscall(SYS_execveat, exec_fd, "", o->argv, o->envp != NULL ?
-		    o->envp : (const char *const *)environ, AT_EMPTY_PATH);
-	else if (o->envp != NULL)
-		execve(o->argv[0], (char *const *)o->argv, (char *const *)o->envp);
-	else
-		execv(o->argv[0], (char *const *)o->argv);
+	if (o->use_exec_fd) {
+		syscall(SYS_execveat, exec_fd, "", o->argv, envp,
+		    AT_EMPTY_PATH);
+	} else if (o->search_path) {
+		const char *c = o->argv[0];
+
+		while (*c != '\0' && *c != '/')
+			c++;
+		if (*c == '/')
+			execve(o->argv[0], (char *const *)o->argv,
+			    (char *const *)envp);
+		else
+			exec_search(o->argv[0], o->argv, envp);
+	} else {
+		execve(o->argv[0], (char *const *)o->argv, (char *const *)envp);
+	}
 fail:
 	report(errfd, SPAWN_MSG_ERRNO, errno);
+	_exit(127);
+fail_cwd:
+	report(errfd, SPAWN_MSG_CHDIR, errno);
 	_exit(127);
 }
 

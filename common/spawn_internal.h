@@ -1,6 +1,7 @@
 /*
- * Between spawn.c (the parent side, on the event loop) and spawn_child.c
- * (what runs in the child between fork and exec). Private to the two.
+ * Between spawn.c (the parent side, on the event loop), spawn_child.c
+ * (what runs in the child between fork and exec) and spawn_state.c (what
+ * a program started ahead of need may have had changed). Private to them.
  */
 #ifndef SPAWN_INTERNAL_H
 #define SPAWN_INTERNAL_H
@@ -20,6 +21,7 @@
 enum spawn_msg_kind {
 	SPAWN_MSG_PID,		/* the keeper forked the command: its pid */
 	SPAWN_MSG_ERRNO,	/* setting up or executing failed */
+	SPAWN_MSG_CHDIR,	/* changing to cwd failed: its errno */
 	SPAWN_MSG_SETUP,	/* the caller's setup failed: its errno */
 	/* The keeper reaped the command: its wait status. The keeper exits
 	 * right after, with the same; told first, the runner need not wait
@@ -42,5 +44,9 @@ void spawn_child_exec(const struct spawn_options *o, const int fds[3],
  * child that runs the program of o (see spawn_child.c). Never returns. */
 void spawn_child_keeper(const struct spawn_options *o, const int fds[3],
     int errfd) __attribute__((noreturn));
+
+/* The program pid, a child of keeper, is still as it was started
+ * (spawn_state.c); 0 if not, or if that cannot be told. */
+int spawn_state_untouched(pid_t pid, pid_t keeper);
 
 #endif

@@ -109,3 +109,25 @@ utf8_json_string(const char *s, size_t len)
 	free(clean);
 	return j;
 }
+
+json_t *
+utf8_carry_json(struct utf8_carry *carry, const char *data, size_t len)
+{
+	char stackbuf[64 * 1024 + sizeof carry->bytes], *buf = stackbuf;
+	size_t total = carry->n + len, whole;
+	json_t *text = NULL;
+
+	if (total > sizeof stackbuf)
+		buf = xmalloc(total);
+	memcpy(buf, carry->bytes, carry->n);
+	if (len > 0)
+		memcpy(buf + carry->n, data, len);
+	whole = len > 0 ? utf8_complete_prefix(buf, total) : total;
+	carry->n = total - whole;
+	memcpy(carry->bytes, buf + whole, carry->n);
+	if (whole > 0)
+		text = utf8_json_string(buf, whole);
+	if (buf != stackbuf)
+		free(buf);
+	return text;
+}

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 #define ADOPT_PROBE_TIMEOUT 5.0
@@ -65,6 +66,50 @@ leftover_done_cb(const struct error *err, void *arg)
 	adoption_step_done(arg);
 }
 
+/* Whether a saved record's sandbox was handed out (its workspace is
+ * worth keeping). */
+static int
+handed_out(json_t *rec)
+{
+	const char *st = json_string_value(json_object_get(rec, "state"));
+
+	return st == NULL || (strcmp(st, "warm") != 0 &&
+	    !(strcmp(st, "creating") == 0 &&
+	    json_is_true(json_object_get(rec, "for_pool"))));
+}
+
+/* FILE_SYSTEM=oss: a released record whose workspace is not uploaded yet
+ * (sandboxd stopped first, or the store failed); its release uploads it,
+ * in the background: adoption does not wait for the store. */
+static void
+upload_later(json_t *rec)
+{
+	const struct sandbox_type *type = sandbox_types_find(
+	    json_string_value(json_object_get(rec, "type")));
+	const char *name = json_string_value(json_object_get(rec, "name"));
+	struct sandbox *sb;
+
+	if (type == NULL || name == NULL) {
+		log_warn("adopt: the workspace of %s is left where it is: its "
+		    "type is no longer defined", name != NULL ? name : "?");
+		return;
+	}
+	sb = sandbox_new(type);
+	snprintf(sb->id, sizeof sb->id, "%s",
+	    json_string_value(json_object_get(rec, "id")));
+	free(sb->name);
+	sb->name = xstrdup(name);
+	sb->mount_dir = xstrdup(json_string_value(json_object_get(rec,
+	    "mount_dir")));
+	sb->owns_mount = json_is_true(json_object_get(rec, "owns_mount"));
+	sb->storage_path = xstrdup(json_string_value(json_object_get(rec,
+	    "storage_path")));
+	sb->state = SB_RELEASED;
+	sb->workspace_unsaved = 1;
+	sandbox_changed(sb);
+	lifecycle_release(sb, NULL, NULL);
+}
+
 /* What a release would have done with a saved record's workspace. */
 static void
 clean_leftovers(struct adoption *a, json_t *rec)
@@ -83,6 +128,10 @@ clean_leftovers(struct adoption *a, json_t *rec)
 	free(sock);
 	if (mount == NULL || !workspace_is_dir(mount))
 		return;
+	if (storage != NULL && oss_enabled() && handed_out(rec)) {
+		upload_later(rec);
+		return;
+	}
 	if (storage != NULL && sd.cfg.storage_folder != NULL) {
 		a->pending++;
 		workspace_keep(mount, storage, owns, leftover_done_cb, a);

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 #define C(field) (&cfg_target.field)
@@ -58,7 +59,27 @@ static const struct config_option options[] = {
 	    C(readonly_mounts), "MAP", "host:container,... or a JSON object, "
 	    "mounted read-only in every sandbox" },
 	{ "--storage-folder", "STORAGE_FOLDER", CONFIG_STRING,
-	    C(storage_folder), "DIR", "keep released workspaces here" },
+	    C(storage_folder), "DIR", "keep released workspaces here (with "
+	    "FILE_SYSTEM=oss: a key prefix in the bucket)" },
+	{ NULL, "FILE_SYSTEM", CONFIG_STRING, C(file_system), NULL,
+	    "where released workspaces are kept: local (STORAGE_FOLDER) or oss "
+	    "(an S3-compatible object store, the OSS_* keys; default local)" },
+	{ NULL, "OSS_ENDPOINT", CONFIG_STRING, C(oss_endpoint), NULL,
+	    "the object store: http[s]://host[:port]" },
+	{ NULL, "OSS_ACCESS_KEY_ID", CONFIG_STRING, C(oss_access_key_id), NULL,
+	    "its access key id" },
+	{ NULL, "OSS_ACCESS_KEY_SECRET", CONFIG_STRING,
+	    C(oss_access_key_secret), NULL, "its secret key (never logged)" },
+	{ NULL, "OSS_BUCKET_NAME", CONFIG_STRING, C(oss_bucket), NULL,
+	    "the bucket workspaces go to" },
+	{ "--oss-region", "OSS_REGION", CONFIG_STRING, C(oss_region), "REGION",
+	    "the region requests are signed for (default us-east-1)" },
+	{ "--oss-addressing-style", "OSS_ADDRESSING_STYLE", CONFIG_STRING,
+	    C(oss_addressing), "STYLE", "path (host/bucket/key), virtual "
+	    "(bucket.host/key) or auto: virtual for *.amazonaws.com and "
+	    "*.aliyuncs.com, else path (default auto)" },
+	{ "--oss-parallel", "OSS_PARALLEL", CONFIG_INT, C(oss_parallel), "N",
+	    "files of one workspace transferred at once (default 8)" },
 	{ "--port-range", "PORT_RANGE", CONFIG_STRING, C(port_range), "LO,HI",
 	    "host ports of bridge sandboxes (default 49152,59152)" },
 	{ "--redis-enabled", "REDIS_ENABLED", CONFIG_BOOL, C(redis_enabled),
@@ -90,6 +111,13 @@ static const struct config_option options[] = {
 	    "sandboxes publish their agent port on it, network-none ones are "
 	    "reached through our API on it (default: none, the instances "
 	    "share one host)" },
+	{ NULL, "SANDBOXD_REDIS_SECRET", CONFIG_STRING, C(redis_secret),
+	    NULL, "with Redis: the secret every instance signs what it "
+	    "writes there and seals tokens with (not on the command line; "
+	    "at least 32 characters; required)" },
+	{ "--redis-secret-file", "SANDBOXD_REDIS_SECRET_FILE", CONFIG_STRING,
+	    C(redis_secret_file), "FILE", "with Redis: SANDBOXD_REDIS_SECRET "
+	    "read from FILE's first line" },
 	{ "--redis-lease", "SANDBOXD_REDIS_LEASE", CONFIG_DOUBLE,
 	    C(redis_lease), "SECONDS", "with Redis: each instance renews a "
 	    "lease of this length every second; without it, its warm "
@@ -189,11 +217,6 @@ static const struct config_option options[] = {
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
-/* Keys of the reference's .env files that mean nothing here. */
-static const char *const ignored_keys[] = {
-	"FILE_SYSTEM", "OSS_ENDPOINT", "OSS_ACCESS_KEY_ID",
-	"OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME",
-};
 
 static const char synopsis[] =
     "usage: sandboxd [--config FILE] [--host H] [--port P] [options]\n"
@@ -328,13 +351,6 @@ config_file(const char *path, int strict, struct error *err)
 		}
 		opt = option_by_env(key);
 		if (opt == NULL) {
-			int ignored = 0;
-
-			for (size_t i = 0; i < sizeof ignored_keys /
-			    sizeof ignored_keys[0]; i++)
-				ignored |= strcmp(key, ignored_keys[i]) == 0;
-			if (ignored)
-				continue;
 			if (strict) {
 				error_set(err, 400, "%s:%d: unknown key %s (see "
 				    "sandboxd --help)", path, lineno, key);
@@ -588,7 +604,7 @@ validate_redis(struct sandboxd_config *c, struct error *err)
 		    "numeric IPv4 address", c->advertise_addr);
 		return -1;
 	}
-	return 0;
+	return c->redis_enabled ? shared_secret_load(c, err) : 0;
 }
 
 int
@@ -736,6 +752,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		c->mount_dir = xasprintf("%s/workspaces", c->state_dir);
 	if (canonical_dir(&c->mount_dir, "DEFAULT_MOUNT_DIR", 0755, err) < 0)
 		return -1;
+	if (oss_config_validate(c, err) < 0)
+		return -1;
 	if (c->storage_folder != NULL && c->storage_folder[0] == '\0') {
 		free(c->storage_folder);
 		c->storage_folder = NULL;
@@ -856,11 +874,17 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->types_file, &c->docker_host, &c->allowed_mount_dirs,
 		&c->public_url, &c->log_level, &c->redis_prefix,
 		&c->redis_pool_key, &c->redis_port_key, &c->advertise_addr,
+		&c->redis_secret, &c->redis_secret_file,
+		&c->file_system, &c->oss_endpoint, &c->oss_access_key_id,
+		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
+		&c->oss_addressing,
 		&c->image_store, &c->crun_bin, &c->cni_path, &c->bridge,
 		&c->bridge_subnet,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+		if (strings[i] == &c->oss_access_key_secret && *strings[i] != NULL)
+			explicit_bzero(*strings[i], strlen(*strings[i]));
 		free(*strings[i]);
 		*strings[i] = NULL;
 	}

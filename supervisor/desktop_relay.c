@@ -1,8 +1,9 @@
 /*
  * The desktop's WebSocket through sandboxd: a viewer's upgrade at
- * /desktop/{id} is made again to the sandbox's agent (its /websockify, the
- * query passed on, the sandbox's token in the header), over the agent's
- * unix socket; the agent's answer decides. Its 101 is passed on to the
+ * /desktop/{id} is made again to the sandbox's agent (its /websockify,
+ * with view_only=true unless the viewer may drive, the sandbox's token in
+ * the header), over the agent's unix socket; the agent's answer decides
+ * (and drops a view-only viewer's input). Its 101 is passed on to the
  * viewer (Sec-WebSocket-Accept is the agent's, for the same key), and from
  * then on bytes go both ways untouched: the agent speaks the WebSocket
  * protocol, checks every frame and closes on a bad one, and sandboxd is a
@@ -19,8 +20,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -28,6 +27,7 @@
 #include <event2/util.h>
 #include <http_parser.h>
 
+#include "http_client.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -423,37 +423,18 @@ clean_header(struct http_request *req, const char *name)
 	return v;
 }
 
-static int
-agent_sockaddr(const char *addr, struct sockaddr_storage *ss, int *len)
-{
-	struct sockaddr_un *sun = (struct sockaddr_un *)ss;
-
-	memset(ss, 0, sizeof *ss);
-	if (strncmp(addr, "unix:", 5) == 0) {
-		if (strlen(addr + 5) >= sizeof sun->sun_path)
-			return -1;
-		sun->sun_family = AF_UNIX;
-		strcpy(sun->sun_path, addr + 5);
-		*len = sizeof *sun;
-		return 0;
-	}
-	*len = sizeof *ss;
-	return evutil_parse_sockaddr_port(addr, (struct sockaddr *)ss, len);
-}
-
 void
 desktop_relay_start(struct http_request *req, struct sandbox *sb,
-    const char *query)
+    enum desktop_access access)
 {
 	const char *key = clean_header(req, "Sec-WebSocket-Key");
 	const char *version = clean_header(req, "Sec-WebSocket-Version");
 	const char *protocol = clean_header(req, "Sec-WebSocket-Protocol");
 	struct timeval tv = { HANDSHAKE_TIMEOUT, 0 };
-	struct sockaddr_storage ss;
 	struct desktop_relay *r;
 	struct evbuffer *out;
 	struct error e;
-	int sslen;
+	int fd;
 
 	if (!http_request_is_upgrade(req) || key == NULL || version == NULL) {
 		http_reply_error(req, 400, "a WebSocket upgrade is expected at "
@@ -469,8 +450,9 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 		    "viewers, as many as it takes", RELAY_MAX);
 		return;
 	}
-	if (agent_sockaddr(sb->agent_addr, &ss, &sslen) < 0) {
-		http_reply_error(req, 500, "the agent's address is malformed");
+	fd = http_client_connect(sb->agent_addr, &e);
+	if (fd < 0) {
+		http_reply_error(req, 502, "cannot reach the agent");
 		return;
 	}
 	sessions_touch_sandbox(sb);
@@ -481,26 +463,28 @@ desktop_relay_start(struct http_request *req, struct sandbox *sb,
 	TAILQ_INSERT_TAIL(&relays, r, entry);
 	nrelays++;
 	http_request_on_close(req, viewer_gone_cb, r);
-	r->agent = bufferevent_socket_new(sd.base, -1, BEV_OPT_CLOSE_ON_FREE);
+	r->agent = bufferevent_socket_new(sd.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (r->agent == NULL)
 		fatal("out of memory");
 	bufferevent_setcb(r->agent, answer_read_cb, NULL, answer_event_cb, r);
 	bufferevent_set_timeouts(r->agent, &tv, &tv);
 	out = bufferevent_get_output(r->agent);
 	/* Through another host's owner: its own desktop route, which
-	 * relays to the agent's /websockify as this one would. */
-	evbuffer_add_printf(out, "GET %s%s%s%s HTTP/1.1\r\n"
+	 * relays to the agent's /websockify as this one would. The viewer's
+	 * query (its token) stays here; the agent is told only whether to
+	 * drop the viewer's input. */
+	evbuffer_add_printf(out, "GET %s%s%s HTTP/1.1\r\n"
 	    "Host: agent\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
 	    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: %s\r\n",
 	    sb->via_owner ? "/desktop/" : "/websockify",
-	    sb->via_owner ? sb->name : "", query != NULL ? "?" : "",
-	    query != NULL ? query : "", key, version);
+	    sb->via_owner ? sb->name : "", access == DESKTOP_INTERACTIVE ? "" :
+	    "?view_only=true", key, version);
 	if (protocol != NULL)
 		evbuffer_add_printf(out, "Sec-WebSocket-Protocol: %s\r\n",
 		    protocol);
 	evbuffer_add_printf(out, "Authorization: Bearer %s\r\n\r\n", sb->token);
-	if (bufferevent_socket_connect(r->agent, (struct sockaddr *)&ss,
-	    sslen) < 0) {
+	/* With no address, libevent takes the socket as connecting. */
+	if (bufferevent_socket_connect(r->agent, NULL, 0) < 0) {
 		error_set_errno(&e, 502, errno, "cannot reach the agent");
 		refuse(r, &e);
 	}

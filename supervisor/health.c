@@ -34,6 +34,8 @@
 /* Probes that fail in a row before a sandbox counts as unhealthy. */
 #define HEALTH_FAILURES 2
 #define ROUND_PROBE_TIMEOUT 5.0
+/* Characters of an agent's reason that a failed probe keeps. */
+#define HEALTH_DETAIL_MAX 200
 /* Released records kept for get_info. */
 #define RELEASED_KEEP 1000
 /* Rounds between lists of all our containers (see above). */
@@ -58,12 +60,34 @@ static int round_full;		/* this round lists every container */
  * started. */
 static double round_listed_at;
 
+/* Why the agent says it is not healthy (a desktop not drawn yet...): its
+ * answer's "detail", printable ASCII and short (it goes into our log and
+ * the model's "error"), or "". */
+static void
+agent_detail(struct http_client_request *r, char *out, size_t size)
+{
+	struct evbuffer *body = http_client_body(r);
+	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
+	json_t *j = len > 0 ? json_loadb((const char *)evbuffer_pullup(body,
+	    -1), len, 0, NULL) : NULL;
+	const char *detail = json_string_value(json_object_get(j, "detail"));
+	size_t n = 0;
+
+	for (; detail != NULL && *detail != '\0' && n + 1 < size &&
+	    n < HEALTH_DETAIL_MAX; detail++) {
+		if (*detail >= 0x20 && *detail < 0x7f)
+			out[n++] = *detail;
+	}
+	out[n] = '\0';
+	json_decref(j);
+}
+
 static void
 probe_done_cb(struct http_client_request *r, const struct error *err,
     void *arg)
 {
 	struct probe *p = arg;
-	char why[ERROR_MSG_MAX] = "";
+	char why[ERROR_MSG_MAX] = "", detail[HEALTH_DETAIL_MAX + 1];
 	int ok = 0;
 
 	if (err != NULL) {
@@ -72,8 +96,9 @@ probe_done_cb(struct http_client_request *r, const struct error *err,
 		redact_error(&e, p->sb->agent_addr);
 		snprintf(why, sizeof why, "%s", e.msg);
 	} else if (http_client_status(r) != 200) {
-		snprintf(why, sizeof why, "/healthz answered HTTP %d",
-		    http_client_status(r));
+		agent_detail(r, detail, sizeof detail);
+		snprintf(why, sizeof why, "/healthz answered HTTP %d%s%s",
+		    http_client_status(r), *detail != '\0' ? ": " : "", detail);
 	} else {
 		ok = 1;
 	}

@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "lifecycle_internal.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 /* Told when a release ends; owned by the sandbox's waiter list. */
@@ -160,15 +161,22 @@ refuse(struct sandbox *sb, sandbox_done_cb done, void *arg, const char *fmt,
 /* Releasing. */
 
 static void
-released(struct lifecycle_op *op)
+released(struct lifecycle_op *op, const struct error *err)
 {
 	struct sandbox *sb = op->sb;
 	int was_pooled = op->prev_state == SB_WARM;
 
-	sandbox_set_state(sb, SB_RELEASED);
-	metrics_count(M_RELEASES, sb->type_name);
-	log_info("sandbox %s released", sb->name);
-	lifecycle_notify_waiters(sb, NULL);
+	/* Creates that wait for this storage_path go on (a mark another
+	 * instance set when it asked for this release). */
+	if (oss_enabled() && shared_enabled() && sb->storage_path != NULL)
+		shared_upload_clear(sb->storage_path);
+	/* A retried upload's sandbox was released before. */
+	if (sb->state != SB_RELEASED) {
+		sandbox_set_state(sb, SB_RELEASED);
+		metrics_count(M_RELEASES, sb->type_name);
+		log_info("sandbox %s released", sb->name);
+	}
+	lifecycle_notify_waiters(sb, err);
 	lifecycle_op_end(op);
 	if (was_pooled)
 		pool_refill();
@@ -183,7 +191,49 @@ kept_cb(const struct error *err, void *arg)
 	 * was and the log says why. */
 	if (err != NULL)
 		log_error("sandbox %s: %s", op->sb->name, err->msg);
-	released(op);
+	released(op, NULL);
+}
+
+static void
+uploaded_cb(const struct error *err, void *arg)
+{
+	struct lifecycle_op *op = arg;
+	struct sandbox *sb = op->sb;
+
+	if (err != NULL) {
+		struct error e = *err;
+
+		/* Kept on this host, and in the state file, until an upload
+		 * goes through. */
+		sb->workspace_unsaved = 1;
+		state_dirty();
+		error_prefix(&e, "sandbox %s is released, but its workspace "
+		    "could not be uploaded to object storage (it is kept on "
+		    "this host; release the sandbox again to retry)", sb->name);
+		sandbox_set_error(sb, "%s", e.msg);
+		released(op, &e);
+		return;
+	}
+	if (sb->workspace_unsaved) {
+		sb->workspace_unsaved = 0;
+		state_dirty();
+	}
+	if (sb->owns_mount)
+		workspace_remove(sb->mount_dir, kept_cb, op);
+	else
+		released(op, NULL);
+}
+
+/* FILE_SYSTEM=oss keeps the workspace of a sandbox that was handed out
+ * (a warm one's holds nothing anyone wrote). */
+static int
+upload_wanted(const struct lifecycle_op *op)
+{
+	const struct sandbox *sb = op->sb;
+
+	return oss_enabled() && sb->storage_path != NULL &&
+	    sb->mount_dir != NULL && op->prev_state != SB_WARM &&
+	    workspace_is_dir(sb->mount_dir);
 }
 
 static void
@@ -206,6 +256,11 @@ removed_cb(const struct error *err, void *arg)
 		ports_release(sd.ports, sb->port);
 	if (sb->sock_dir != NULL)
 		workspace_remove_sock_dir(sb->sock_dir);
+	if (upload_wanted(op)) {
+		oss_upload(sb->name, sb->mount_dir, sb->storage_path,
+		    uploaded_cb, op);
+		return;
+	}
 	if (sb->storage_path != NULL && sd.cfg.storage_folder != NULL &&
 	    sb->mount_dir != NULL && workspace_is_dir(sb->mount_dir)) {
 		workspace_keep(sb->mount_dir, sb->storage_path, sb->owns_mount,
@@ -216,7 +271,7 @@ removed_cb(const struct error *err, void *arg)
 		workspace_remove(sb->mount_dir, kept_cb, op);
 		return;
 	}
-	released(op);
+	released(op, NULL);
 }
 
 static void
@@ -236,6 +291,28 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	if (shared_is_remote(sb) && sb->state != SB_RELEASED &&
 	    sb->state != SB_RELEASING) {
 		shared_release_remote(sb, done, arg);
+		return;
+	}
+	if (sb->state == SB_RELEASED && sb->workspace_unsaved &&
+	    sb->op == NULL && !workspace_is_dir(sb->mount_dir)) {
+		/* Removed by hand meanwhile: nothing left to upload. */
+		sb->workspace_unsaved = 0;
+		state_dirty();
+	}
+	/* Released, its workspace not uploaded: this release uploads it
+	 * (or waits for the upload under way). */
+	if (sb->state == SB_RELEASED && sb->workspace_unsaved &&
+	    oss_enabled() && !shared_is_remote(sb)) {
+		add_waiter(sb, done, arg);
+		if (sb->op == NULL) {
+			struct lifecycle_op *op = lifecycle_op_new(sb,
+			    OP_RELEASE, NULL, NULL);
+
+			log_info("sandbox %s: uploading its workspace again",
+			    sb->name);
+			oss_upload(sb->name, sb->mount_dir, sb->storage_path,
+			    uploaded_cb, op);
+		}
 		return;
 	}
 	if (sb->state == SB_RELEASED || (shared_is_remote(sb) &&

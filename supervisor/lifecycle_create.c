@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "lifecycle_internal.h"
 #include "log.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 /* How often a starting container is asked whether it died. */
@@ -73,7 +74,8 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
 	struct lifecycle_op *op = arg;
 
-	(void)why;
+	if (!ok)
+		snprintf(op->last_probe, sizeof op->last_probe, "%s", why);
 	if (ok) {
 		/* The engine counts its CPU time from its start, not from a
 		 * resume (lifecycle_stats). */
@@ -175,8 +177,10 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (now > op->deadline) {
 		struct error err;
 
-		error_set(&err, 504, "sandbox %s: its agent did not answer within "
-		    "%.0f s", sb->name, sd.cfg.create_timeout);
+		error_set(&err, 504, "sandbox %s: its agent was not healthy "
+		    "within %.0f s%s%s%s", sb->name, sd.cfg.create_timeout,
+		    *op->last_probe != '\0' ? " (" : "", op->last_probe,
+		    *op->last_probe != '\0' ? ")" : "");
 		lifecycle_fail_op(op, &err);
 		return;
 	}
@@ -521,15 +525,10 @@ environment_strings(json_t *env)
 static void
 begin(struct lifecycle_op *op)
 {
-	struct sandbox *sb = op->sb;
-
-	if (op->restore) {
-		log_info("sandbox %s: restoring the workspace from %s", sb->name,
-		    sb->storage_path);
-		workspace_copy(sb->storage_path, sb->mount_dir, restored_cb, op);
-	} else {
+	if (op->restore)
+		lifecycle_restore(op, restored_cb);
+	else
 		start_container(op);
-	}
 }
 
 static void
@@ -621,8 +620,9 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	if (creq->mount_dir != NULL &&
 	    workspace_check_mount(creq->mount_dir, &mount, err) < 0)
 		return NULL;
-	if (creq->storage_path != NULL &&
-	    workspace_storage_path(creq->storage_path, &storage, err) < 0) {
+	if (creq->storage_path != NULL && (oss_enabled() ?
+	    oss_storage_path(creq->storage_path, NULL, &storage, err) :
+	    workspace_storage_path(creq->storage_path, &storage, err)) < 0) {
 		free(mount);
 		return NULL;
 	}
@@ -648,7 +648,9 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		sb->mount_dir = workspace_make(sb->id, creq->type->run_as, err);
 		sb->owns_mount = 1;
 	}
-	if (storage == NULL && sd.cfg.storage_folder != NULL)
+	if (storage == NULL && oss_enabled())
+		oss_storage_path(NULL, sb->id, &storage, err);
+	else if (storage == NULL && sd.cfg.storage_folder != NULL)
 		storage = xasprintf("%s/%s", sd.cfg.storage_folder, sb->id);
 	sb->storage_path = storage;
 	sandbox_changed(sb);
@@ -665,8 +667,10 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
+	/* From object storage whatever is there (maybe nothing); from
+	 * STORAGE_FOLDER what was kept. */
 	op->restore = storage != NULL && creq->storage_path != NULL &&
-	    workspace_is_dir(storage);
+	    (oss_enabled() || workspace_is_dir(storage));
 	/* With Redis the host port and the limit count every instance's,
 	 * each in one atomic step there. */
 	if (shared_enabled() && sb->port > 0) {

@@ -1,7 +1,8 @@
 /*
- * What lifecycle.c (operations, waiters, release, start, stop) and
+ * What lifecycle.c (operations, waiters, release, start, stop),
  * lifecycle_create.c (create, and the wait for a new agent that a start
- * and a resume also use) share: one operation in progress per sandbox.
+ * and a resume also use) and lifecycle_restore.c (a create's workspace
+ * from storage) share: one operation in progress per sandbox.
  */
 #ifndef LIFECYCLE_INTERNAL_H
 #define LIFECYCLE_INTERNAL_H
@@ -37,8 +38,11 @@ struct lifecycle_op {
 	int restore;			/* the workspace comes from storage */
 	int port_claims;		/* REDIS_PORT_KEY tries so far */
 	int port_claimed;		/* sb->port is ours in Redis */
+	/* The restore's callback (lifecycle_restore). */
+	void (*restored)(const struct error *err, void *arg);
 	enum sandbox_state prev_state;
 	struct error err;
+	char last_probe[256];		/* why the agent was not healthy */
 };
 
 /* What the backend knows sb by: its id, or before the create answered its
@@ -64,5 +68,11 @@ void lifecycle_wait_healthy(struct lifecycle_op *op);
 /* op failed: a create undoes what it made, a start marks sb unhealthy;
  * then done(err) and the end of op. */
 void lifecycle_fail_op(struct lifecycle_op *op, const struct error *err);
+
+/* lifecycle_restore.c */
+/* Restore a create's workspace from its storage_path, then done(err,
+ * op). */
+void lifecycle_restore(struct lifecycle_op *op,
+    void (*done)(const struct error *err, void *arg));
 
 #endif

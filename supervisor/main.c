@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "oss.h"
 #include "spawn.h"
 #include "xmalloc.h"
 
@@ -43,6 +44,19 @@ static size_t shutdown_seen_done;
 static int shutdown_stall_said;
 /* Containers still there when we exit (AUTO_CLEANUP). */
 static size_t shutdown_left;
+
+/* Uploads shutdown gave up: their workspaces wait on this host (and in
+ * the state file) for the next start; not all was done, so exit 1. */
+static void
+abandoned(size_t n)
+{
+	if (n == 0)
+		return;
+	log_error("shutdown: %zu workspace transfers given up; the uploads "
+	    "among them resume at the next start with this state directory",
+	    n);
+	sd.exit_status = 1;
+}
 
 static void
 adopted_cb(void *arg)
@@ -164,7 +178,11 @@ shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 		log_error("shutdown: %zu operations still running after %.0f s "
 		    "(SANDBOXD_SHUTDOWN_TIMEOUT); exiting anyway",
 		    lifecycle_busy(), sd.cfg.shutdown_timeout);
-		/* Their callbacks run now, while what they touch exists. */
+		/* Their callbacks run now, while what they touch exists;
+		 * workspaces not uploaded stay for the next start. */
+		abandoned(oss_abort("sandboxd is exiting "
+		    "(SANDBOXD_SHUTDOWN_TIMEOUT); the workspace stays on this "
+		    "host and the next start uploads it"));
 		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
 		    "exiting (SANDBOXD_SHUTDOWN_TIMEOUT)");
 		state_flush();
@@ -197,7 +215,11 @@ static void
 shutdown_released_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	(void)arg;
-	if (err != NULL) {
+	if (err != NULL && sb->state == SB_RELEASED) {
+		/* Its container went; its workspace did not reach the store. */
+		log_error("shutdown: %s", err->msg);
+		shutdown_removed++;
+	} else if (err != NULL) {
 		log_error("shutdown: cannot remove %s: %s", sb->name, err->msg);
 		shutdown_failed++;
 	} else {
@@ -215,6 +237,9 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	(void)arg;
 	if (sd.shutting_down) {
 		log_warn("signal %d again: exiting now", (int)sig);
+		abandoned(oss_abort("sandboxd is exiting (a second signal); "
+		    "the workspace stays on this host and the next start "
+		    "uploads it"));
 		/* What waits on Docker is given up (callbacks run now). */
 		sd.backend->ops->abort(sd.backend, "given up: sandboxd is "
 		    "exiting (a second signal)");
@@ -345,6 +370,10 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 2;
 	}
+	if (oss_check(&err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 2;
+	}
 	sd.base = event_base_new();
 	if (sd.base == NULL)
 		fatal("cannot create the event loop");
@@ -384,6 +413,7 @@ setup(int argc, char **argv)
 		shared_records_init();
 		shared_start();
 	}
+	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
 	pool_init();
 	health_init();
@@ -417,6 +447,7 @@ teardown(void)
 	sd.backend->ops->free(sd.backend);
 	ports_free(sd.ports);
 	metrics_free();
+	oss_free();
 	sandbox_types_free();
 	sandboxd_config_free(&sd.cfg);
 	event_base_free(sd.base);
@@ -432,6 +463,7 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	rc = setup(argc, argv);
 	if (rc >= 0) {
+		oss_free();
 		sandbox_types_free();
 		sandboxd_config_free(&sd.cfg);
 		return rc;

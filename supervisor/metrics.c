@@ -2,7 +2,9 @@
  * GET /metrics in the Prometheus text format: sandboxes by type and state,
  * pool sizes, counters of creates, failures, releases, pool takes and
  * misses, health failures and proxied requests, and histograms of create
- * latency and of the time creates waited for Docker in sandboxd's queue. Counters live here per type; gauges are read from the records.
+ * latency and of the time creates waited for Docker in sandboxd's queue,
+ * and with FILE_SYSTEM=oss the workspace transfers (oss.c's own lines).
+ * Counters live here per type; gauges are read from the records.
  */
 #include "sandboxd.h"
 
@@ -13,6 +15,7 @@
 #include <event2/buffer.h>
 
 #include "backend.h"
+#include "oss.h"
 #include "xmalloc.h"
 
 static const double buckets[] = {
@@ -182,6 +185,7 @@ metrics_route(struct http_request *req, void *arg)
 	head(b, "sandboxd_connections", "gauge", "Open client connections.");
 	evbuffer_add_printf(b, "sandboxd_connections %zu\n",
 	    http_server_connections(sd.http));
+	oss_metrics(b);
 	http_reply_buffer(req, 200, "text/plain; version=0.0.4; charset=utf-8",
 	    b);
 	evbuffer_free(b);

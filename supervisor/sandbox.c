@@ -298,9 +298,24 @@ sandbox_trim_released(size_t keep)
 }
 
 char *
-sandbox_url(const struct sandbox *sb)
+sandboxd_base_url(void)
 {
 	const char *host = sd.cfg.host;
+
+	if (sd.cfg.public_url != NULL)
+		return xstrdup(sd.cfg.public_url);
+	if (strcmp(host, "0.0.0.0") == 0)
+		host = "127.0.0.1";
+	if (strchr(host, ':') != NULL)
+		return xasprintf("http://[%s]:%ld", strcmp(host, "::") == 0 ?
+		    "::1" : host, sd.cfg.port);
+	return xasprintf("http://%s:%ld", host, sd.cfg.port);
+}
+
+char *
+sandbox_url(const struct sandbox *sb)
+{
+	char *base, *url;
 
 	/* Another instance's: where its owner published it. */
 	if (sb->port > 0 && shared_is_remote(sb) && !sb->via_owner &&
@@ -313,16 +328,10 @@ sandbox_url(const struct sandbox *sb)
 	/* No network: the agent is reached through our proxy, which also
 	 * takes the sandbox's own token. The trailing slash makes the SDK's
 	 * urljoin(url, "fastapi") land under it. */
-	if (sd.cfg.public_url != NULL)
-		return xasprintf("%s/proxy/%s/", sd.cfg.public_url, sb->name);
-	if (strcmp(host, "0.0.0.0") == 0)
-		host = "127.0.0.1";
-	if (strchr(host, ':') != NULL)
-		return xasprintf("http://[%s]:%ld/proxy/%s/",
-		    strcmp(host, "::") == 0 ? "::1" : host, sd.cfg.port,
-		    sb->name);
-	return xasprintf("http://%s:%ld/proxy/%s/", host, sd.cfg.port,
-	    sb->name);
+	base = sandboxd_base_url();
+	url = xasprintf("%s/proxy/%s/", base, sb->name);
+	free(base);
+	return url;
 }
 
 static json_t *
@@ -335,7 +344,7 @@ json_t *
 sandbox_model(const struct sandbox *sb)
 {
 	json_t *m = json_object(), *ports = json_array();
-	char *url = sandbox_url(sb);
+	char *url = sandbox_url(sb), *desktop;
 
 	if (sb->port > 0)
 		json_array_append_new(ports, json_integer(sb->port));
@@ -359,6 +368,15 @@ sandbox_model(const struct sandbox *sb)
 	json_object_set_new(m, "updated_at", json_integer((json_int_t)sb->updated_at));
 	if (sb->last_error != NULL && sb->state == SB_UNHEALTHY)
 		json_object_set_new(m, "error", json_string(sb->last_error));
+	/* Links that open the desktop alone, never the sandbox's token. */
+	if (sb->type != NULL && sb->type->desktop) {
+		desktop = desktop_url(sb, DESKTOP_INTERACTIVE);
+		json_object_set_new(m, "desktop_url", json_string(desktop));
+		free(desktop);
+		desktop = desktop_url(sb, DESKTOP_VIEW);
+		json_object_set_new(m, "desktop_view_url", json_string(desktop));
+		free(desktop);
+	}
 	free(url);
 	return m;
 }

@@ -49,6 +49,7 @@ struct builtin {
 	const char *network;
 	const char *tools;
 	const char *const *tool_names;
+	int desktop;
 };
 
 /* Every image of ours has the user "user" (uid 1000) for commands. */
@@ -59,14 +60,18 @@ struct builtin {
 /* Limits are ceilings, not reservations: a hundred idle minimal sandboxes
  * cost almost nothing. The browser type needs the network to browse.
  * filesystem, browser and gui carry a desktop (an X server, its window
- * manager, what a person opens on it from desktop_url): the same room. */
+ * manager, what a person opens on it from desktop_url): the same room.
+ * code-interpreter runs a Python kernel per code context, pandas and
+ * matplotlib in them: room for several. */
 static const struct builtin builtins[] = {
-	{ "base", 1024 * MiB, 1.0, 512, "none", NULL, generic_tools },
-	{ "minimal", 256 * MiB, 0.5, 128, "none", NULL, NULL },
+	{ "base", 1024 * MiB, 1.0, 512, "none", NULL, generic_tools, 0 },
+	{ "minimal", 256 * MiB, 0.5, 128, "none", NULL, NULL, 0 },
+	{ "code-interpreter", 2048 * MiB, 1.0, 512, "none", NULL,
+	    generic_tools, 0 },
 	{ "filesystem", 2048 * MiB, 1.0, 1024, "none", "filesystem",
-	    filesystem_tools },
-	{ "browser", 2048 * MiB, 1.0, 1024, "bridge", NULL, browser_tools },
-	{ "gui", 2048 * MiB, 1.0, 1024, "none", "computer", gui_tools },
+	    filesystem_tools, 1 },
+	{ "browser", 2048 * MiB, 1.0, 1024, "bridge", NULL, browser_tools, 1 },
+	{ "gui", 2048 * MiB, 1.0, 1024, "none", "computer", gui_tools, 1 },
 };
 
 char *
@@ -217,6 +222,7 @@ sandbox_types_init(const char *registry, const char *image_namespace,
 		for (size_t j = 0; b->tool_names != NULL &&
 		    b->tool_names[j] != NULL; j++)
 			config_list_add(&t->tool_names, b->tool_names[j]);
+		t->desktop = b->desktop;
 		t->builtin = 1;
 	}
 }
@@ -397,9 +403,17 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		t->timeout = json_number_value(v);
 		return 0;
 	}
+	if (strcmp(key, "desktop") == 0) {
+		if (!json_is_boolean(v)) {
+			error_set(err, 400, "%s: expected true or false", where);
+			return -1;
+		}
+		t->desktop = json_is_true(v);
+		return 0;
+	}
 	error_set(err, 400, "%s: unknown field (image, environment, memory, "
 	    "cpus, pids, network, cap_add, run_as, tools, mcp_config, agent_args, "
-	    "entrypoint, tool_names, timeout, from)", where);
+	    "entrypoint, tool_names, timeout, desktop, from)", where);
 	return -1;
 }
 
@@ -427,6 +441,7 @@ copy_type(struct sandbox_type *dst, const struct sandbox_type *src)
 	for (size_t i = 0; i < src->entrypoint.n; i++)
 		config_list_add(&dst->entrypoint, src->entrypoint.v[i]);
 	dst->timeout = src->timeout;
+	dst->desktop = src->desktop;
 }
 
 static int

@@ -20,8 +20,10 @@
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker) +
  * backend_crun*.c + image_store.c (crun, no daemon),
- * shared.c + shared_records.c + shared_pool.c + shared_sessions.c (several
- * sandboxd on one Redis, REDIS_ENABLED).
+ * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
+ * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
+ * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
+ * shared_uploads.c (several sandboxd on one Redis, REDIS_ENABLED).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -67,7 +69,12 @@ struct sandboxd_config {
 	char *deployment;		/* "docker" or "crun" */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
-	char *storage_folder;		/* NULL: workspaces are not kept */
+	char *storage_folder;		/* NULL: workspaces are not kept here */
+	char *file_system;		/* FILE_SYSTEM: local, or oss (oss.h) */
+	char *oss_endpoint;
+	char *oss_access_key_id;
+	char *oss_access_key_secret;
+	char *oss_bucket;		/* OSS_BUCKET_NAME */
 	char *port_range;
 	int redis_enabled;
 	char *redis_server;
@@ -79,6 +86,9 @@ struct sandboxd_config {
 	char *redis_pool_key;		/* REDIS_CONTAINER_POOL_KEY */
 	char *redis_port_key;		/* REDIS_PORT_KEY */
 	char *advertise_addr;		/* NULL: instances share one host */
+	/* Read, checked and wiped by shared_secret_load. */
+	char *redis_secret;		/* SANDBOXD_REDIS_SECRET */
+	char *redis_secret_file;	/* SANDBOXD_REDIS_SECRET_FILE */
 	double redis_lease;		/* seconds an instance's lease lasts */
 	double redis_dead_grace;	/* seconds after a lapsed lease until
 					 * its records are removed */
@@ -119,6 +129,9 @@ struct sandboxd_config {
 	double header_timeout;		/* seconds for a whole request head */
 	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
 	double body_rate_window;	/* seconds the rate is averaged over */
+	char *oss_region;		/* SigV4's region */
+	char *oss_addressing;		/* path, virtual or auto */
+	long oss_parallel;		/* files of a workspace at once */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;
@@ -161,6 +174,7 @@ struct sandbox_type {
 	struct config_list entrypoint;	/* the image's own when empty */
 	struct config_list tool_names;	/* tools that make connect pick it */
 	double timeout;			/* seconds: the model's "timeout" */
+	int desktop;			/* its image serves a desktop */
 	int builtin;
 };
 
@@ -235,6 +249,9 @@ struct sandbox {
 	char *mount_dir;		/* host workspace */
 	int owns_mount;			/* we made mount_dir: we remove it */
 	char *storage_path;		/* where release keeps it; NULL: nowhere */
+	/* FILE_SYSTEM=oss: its upload failed, the workspace is still at
+	 * mount_dir; a release again (or the next start) uploads it. */
+	int workspace_unsaved;
 	char *sock_dir;			/* host side of /run/sandbox-agent */
 	char *agent_addr;		/* as the backend says; NULL until
 					 * created */
@@ -317,6 +334,9 @@ const char *sandbox_model_text(struct sandbox *sb, size_t *len);
 void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
+/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else our own
+ * address and port, without a trailing slash. Caller frees. */
+char *sandboxd_base_url(void);
 void sandbox_free_all(void);
 
 /* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
@@ -356,9 +376,12 @@ struct create_request {
  * WARM) or after everything made so far is removed again (err). */
 struct sandbox *lifecycle_create(const struct create_request *creq,
     sandbox_done_cb done, void *arg, struct error *err);
-/* Remove the container, keep or delete the workspace, free the port:
- * done(sb, NULL) with sb RELEASED. Already released: done on the loop's
- * next turn. As every callback here, done never runs before the return. */
+/* Remove the container, keep (STORAGE_FOLDER, FILE_SYSTEM=oss) or delete
+ * the workspace, free the port: done(sb, NULL) with sb RELEASED, or
+ * done(sb, err) RELEASED when its workspace could not be uploaded (kept
+ * here; a release again uploads it). Already released: done on the
+ * loop's next turn. As every callback here, done never runs before the
+ * return. */
 void lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_start(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_stop(struct sandbox *sb, sandbox_done_cb done, void *arg);
@@ -555,11 +578,28 @@ const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
 const struct http_route *api_mcp_routes(size_t *n);
 
+/* desktop_token.c: the tokens of desktop links, derived from the
+ * sandbox's token; the access one grants. */
+enum desktop_access {
+	DESKTOP_DENIED,
+	DESKTOP_VIEW,		/* watch: the viewer's input is dropped */
+	DESKTOP_INTERACTIVE,	/* watch and drive */
+};
+void desktop_token(const struct sandbox *sb, enum desktop_access access,
+    char out[TOKEN_HEX_LEN]);
+/* What presented (may be NULL) opens of sb's desktop, in constant time. */
+enum desktop_access desktop_token_check(const struct sandbox *sb,
+    const char *presented);
+/* The link that opens sb's desktop with access, on our base URL. Caller
+ * frees. */
+char *desktop_url(const struct sandbox *sb, enum desktop_access access);
+
 /* desktop_relay.c: desktop viewers' WebSockets, relayed to the agents. */
-/* Upgrade req to a WebSocket relayed to sb's /websockify?query (query as
- * sent, may be NULL); answers req whatever comes. */
+/* Upgrade req to a WebSocket relayed to sb's /websockify, with input
+ * dropped unless access is DESKTOP_INTERACTIVE; answers req whatever
+ * comes. */
 void desktop_relay_start(struct http_request *req, struct sandbox *sb,
-    const char *query);
+    enum desktop_access access);
 /* Close the viewers of sb (its release), of every sandbox (shutdown). */
 void desktop_relay_close_sandbox(struct sandbox *sb);
 void desktop_relay_close_all(void);
@@ -599,6 +639,11 @@ struct redisAsyncContext;
 typedef void (*shared_reply_cb)(struct redisAsyncContext *ac, void *reply,
     void *arg);
 typedef void (*shared_done_cb)(struct sandbox *sb, void *arg);
+/* The secret the instances sign and seal with (SANDBOXD_REDIS_SECRET or
+ * SANDBOXD_REDIS_SECRET_FILE, at least 32 characters): the keys are
+ * derived and the configuration's copy wiped. -1 with err naming the
+ * key. */
+int shared_secret_load(struct sandboxd_config *cfg, struct error *err);
 /* Connect, AUTH, SELECT, PING, blocking, before the loop: -1 with err
  * naming the setting at fault. */
 int shared_check(struct error *err);
@@ -669,6 +714,14 @@ char *shared_ports_key(void);
 char *shared_api_addr(void);
 /* A reaper round, on the instance that holds the lock. */
 void shared_reap(void);
+/* shared_uploads.c (FILE_SYSTEM=oss): mark sb's storage_path as on its
+ * way to the store (a release asked of its owner), clear the mark (the
+ * owner's release is over), and ask whether it is there: done(arg,
+ * pending) later, or -1 (done never runs) while Redis is down. */
+void shared_upload_mark(const struct sandbox *sb);
+void shared_upload_clear(const char *storage_path);
+int shared_upload_pending(const char *storage_path,
+    void (*done)(void *arg, int pending), void *arg);
 
 /* main.c: the process-wide state. */
 struct sandboxd {

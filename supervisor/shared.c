@@ -167,13 +167,18 @@ shared_check(struct error *err)
 		goto fail;
 	}
 	freeReplyObject(r);
-	r = redisCommand(c, "PING");
-	if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+	/* Its clock says when leases lapse, for every instance alike. */
+	r = redisCommand(c, "TIME");
+	if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_STRING) {
 		error_set(err, 500, "REDIS_SERVER: Redis at %s does not answer "
-		    "PING: %s", shared_server_name(), r != NULL ? r->str :
-		    c->errstr);
+		    "TIME: %s", shared_server_name(), r != NULL &&
+		    r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
 		goto fail;
 	}
+	shared_clock_set(atoll(r->element[0]->str) * 1000 +
+	    atoll(r->element[1]->str) / 1000);
 	freeReplyObject(r);
 	redisFree(c);
 	return 0;

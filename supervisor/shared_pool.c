@@ -20,22 +20,34 @@
 #include "xmalloc.h"
 
 /* Taking from the shared pool: the oldest warm sandbox of the type,
- * whoever owns it, marked running for the session in the same step. One
- * whose owner holds no lease is dropped: nobody would answer for it (its
- * owner, back, puts it in the list again). */
+ * whoever owns it, marked "taken" by us in the same step, so two
+ * instances never hand out one sandbox. One whose owner holds no lease is
+ * dropped: nobody would answer for it (its owner, back, puts it in the
+ * list again). The record and its owner's lease entry are returned to be
+ * checked (shared_mirror.c): the script cannot sign, so what it leaves
+ * in Redis (the name gone from the list, "taken", the session's set) is
+ * only ever a hint; the take itself is the signed "take" field the taker
+ * writes next, which the owner and the others follow.
+ * KEYS: the type's list. ARGV: record prefix, session, session prefix,
+ * lease prefix, our id, instances. */
 static const char take_script[] =
     "while true do "
     "local name = redis.call('LPOP', KEYS[1]) "
     "if not name then return nil end "
     "local k = ARGV[1] .. name "
-    "local f = redis.call('HMGET', k, 'state', 'owner') "
-    "if f[1] == 'warm' and "
-    "redis.call('EXISTS', ARGV[5] .. (f[2] or '')) == 1 then "
-    "redis.call('HSET', k, 'state', 'running', 'session', ARGV[2], "
-    "'updated_at', ARGV[3]) "
-    "if ARGV[2] ~= '' then redis.call('SADD', ARGV[4] .. ARGV[2], name) end "
-    "return {name, redis.call('HGETALL', k)} "
-    "end end";
+    "if redis.call('TYPE', k).ok == 'hash' then "
+    "local f = redis.call('HMGET', k, 'state', 'owner', 'taken') "
+    "if f[1] == 'warm' and not f[3] and "
+    "redis.call('EXISTS', ARGV[4] .. (f[2] or '')) == 1 then "
+    "redis.call('HSET', k, 'taken', ARGV[5]) "
+    "if ARGV[2] ~= '' then redis.call('SADD', ARGV[3] .. ARGV[2], name) end "
+    "return {name, redis.call('HGETALL', k), "
+    "redis.call('HGET', ARGV[6], f[2]) or false} "
+    "end end end";
+
+/* Entries popped that did not check before a take makes a new one
+ * instead: the list may be anybody's. */
+#define TAKE_TRIES 4
 
 struct take {
 	struct create_request creq;	/* owns session and meta */
@@ -43,6 +55,7 @@ struct take {
 	json_t *meta;
 	sandbox_done_cb done;
 	void *arg;
+	int tries;
 };
 
 static void
@@ -66,6 +79,57 @@ take_failed_later_cb(evutil_socket_t fd, short what, void *arg)
 	take_free(t);
 }
 
+static int take_send(struct take *t);
+
+/* Nothing to take: a new one, as without Redis. */
+static void
+take_miss(struct take *t)
+{
+	struct error err;
+
+	metrics_count(M_POOL_MISSES, t->creq.type->name);
+	pool_refill();
+	if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
+		t->done(NULL, &err, t->arg);
+	take_free(t);
+}
+
+/* Another instance's warm sandbox, popped and marked: ours once its
+ * record checks, with our signed "take" in it. NULL: it does not. */
+static struct sandbox *
+take_remote(struct take *t, const char *name, redisReply *record,
+    redisReply *lease)
+{
+	json_t *f = shared_reply_fields(record), *meta;
+	char *key = shared_key("sb:%s", name), *text, *take, now[32];
+	const char *owner = shared_field(f, "owner");
+	struct sandbox *sb;
+
+	if (lease->type == REDIS_REPLY_STRING)
+		shared_instance_learn(owner, lease->str);
+	meta = t->meta != NULL ? json_deep_copy(t->meta) : json_object();
+	if (t->session != NULL)
+		json_object_set_new(meta, "session_ctx_id",
+		    json_string(t->session));
+	text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+	snprintf(now, sizeof now, "%.6f", sandboxd_now());
+	take = shared_take_sign(key, owner, state_instance(), t->session !=
+	    NULL ? t->session : "", text, now);
+	json_object_set_new(f, "take", json_string(take));
+	if ((sb = shared_mirror_record(name, f)) != NULL) {
+		shared_command(shared_ignore_cb, NULL, "HSET %s take %s", key,
+		    take);
+		shared_announce(name);
+		sessions_touch(t->session);
+	}
+	json_decref(meta);
+	json_decref(f);
+	free(text);
+	free(take);
+	free(key);
+	return sb;
+}
+
 static void
 taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
@@ -74,7 +138,6 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	struct sandbox *sb;
 	struct error err;
 	const char *name;
-	json_t *f;
 
 	(void)ac;
 	if (r == NULL || r->type == REDIS_REPLY_ERROR) {
@@ -86,55 +149,52 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		take_free(t);
 		return;
 	}
-	name = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	name = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
 	    NULL;
 	sb = name != NULL ? sandbox_find_local(name) : NULL;
 	/* Empty, or one of ours on its way out whose record was not yet
-	 * written: a new one, as without Redis. */
+	 * written. */
 	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
 	    sb->op != NULL))) {
-		metrics_count(M_POOL_MISSES, t->creq.type->name);
-		pool_refill();
-		if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
-			t->done(NULL, &err, t->arg);
-		take_free(t);
+		take_miss(t);
 		return;
 	}
-	f = shared_reply_fields(r->element[1]);
 	if (sb != NULL) {
-		json_decref(sb->shared);
-		sb->shared = json_incref(f);
 		sandbox_set_state(sb, SB_RUNNING);
 		metrics_count(M_POOL_TAKES, sb->type_name);
 		pool_refill();
-	} else if ((sb = shared_mirror_get(name)) != NULL) {
-		shared_mirror_apply(sb, f);
-	} else {
-		sb = shared_mirror_add(name, f);
-	}
-	if (t->meta != NULL)
-		json_object_update(sb->meta, t->meta);
-	if (shared_is_remote(sb)) {
-		char *key = shared_key("sb:%s", sb->name);
-		char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-
-		if (t->session != NULL)
-			json_object_set_new(sb->meta, "session_ctx_id",
-			    json_string(t->session));
-		free(meta);
-		meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
-		shared_command(shared_ignore_cb, NULL, "HSET %s meta %s", key, meta);
-		shared_announce(sb->name);
-		free(key);
-		free(meta);
-		sessions_touch(t->session);
-	} else {
+		if (t->meta != NULL)
+			json_object_update(sb->meta, t->meta);
 		sessions_bind(sb, t->session);
+	} else if ((sb = take_remote(t, name, r->element[1],
+	    r->element[2])) == NULL) {
+		if (++t->tries >= TAKE_TRIES || take_send(t) < 0)
+			take_miss(t);
+		return;
 	}
-	json_decref(f);
 	t->done(sb, NULL, t->arg);
 	take_free(t);
+}
+
+/* The take script for t, answered to taken_cb; -1 when Redis is gone. */
+static int
+take_send(struct take *t)
+{
+	char *pkey = shared_pool_key(t->creq.type->name);
+	char *prefix = shared_key("sb:"), *sprefix = shared_key("session:");
+	char *lprefix = shared_key("instance:"), *hash = shared_key("instances");
+	int rc;
+
+	rc = shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s %s %s",
+	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
+	    sprefix, lprefix, state_instance(), hash);
+	free(pkey);
+	free(prefix);
+	free(sprefix);
+	free(lprefix);
+	free(hash);
+	return rc;
 }
 
 int
@@ -142,7 +202,6 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
 {
 	struct take *t;
-	char *pkey, *prefix, *sprefix, *lprefix, now[32];
 
 	if (shared_down_error(err) < 0)
 		return -1;
@@ -154,19 +213,8 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
 	t->creq.meta = t->meta;
 	t->done = done;
 	t->arg = arg;
-	pkey = shared_pool_key(creq->type->name);
-	prefix = shared_key("sb:");
-	sprefix = shared_key("session:");
-	lprefix = shared_key("instance:");
-	snprintf(now, sizeof now, "%.6f", sandboxd_now());
-	if (shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s %s",
-	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
-	    now, sprefix, lprefix) < 0)
+	if (take_send(t) < 0)
 		sandboxd_defer(take_failed_later_cb, t);
-	free(pkey);
-	free(prefix);
-	free(sprefix);
-	free(lprefix);
 	return 0;
 }
 

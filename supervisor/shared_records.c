@@ -1,15 +1,19 @@
 /*
  * Shared state in Redis: sandbox records. Each instance writes the records
- * of the sandboxes it owns (a hash per sandbox, only the fields that
- * changed) and announces each change on the event channel; every instance
- * keeps a mirror of the others' records in memory, filled at connect and
- * kept current from the channel, so a request about any sandbox is served
- * by any instance without a round trip to Redis. A remote sandbox is
- * reached directly at its agent (the unix socket on a shared host, or the
- * agent port its owner published on SANDBOXD_ADVERTISE_ADDR); only its
- * owner talks to Docker about it, so a release from elsewhere is a request
- * (field "release") the owner carries out. Keys, all under the prefix:
- *   sb:<name>            hash: the record
+ * of the sandboxes it owns (a hash per sandbox, signed, written whole when
+ * anything in it changed) and announces each change on the event
+ * channel; every instance keeps a mirror of the others' records in
+ * memory (shared_mirror.c, which takes only records that check), filled
+ * at connect and kept current from the channel, so a request about any
+ * sandbox is served by any instance without a round trip to Redis. A
+ * remote sandbox is reached directly at its agent (the unix socket on a
+ * shared host, or the agent port its owner published on
+ * SANDBOXD_ADVERTISE_ADDR); only its owner talks to Docker about it, so a
+ * release from elsewhere is a request (field "release", signed) the owner
+ * carries out. Keys, all under the prefix:
+ *   sb:<name>            hash: the record, its "mac", and "taken", "take"
+ *                        and "release" when another instance took it from
+ *                        the pool or asked for its release
  *   sandboxes            set: every record's name
  *   live                 hash: name -> owner of every live sandbox (what
  *                        MAX_SANDBOX_INSTANCES counts)
@@ -18,9 +22,10 @@
  *   <pool key>:<type>    list: warm sandboxes of a type, taken with LPOP
  *   <port key>:<addr>    set: host ports in use on an advertised address
  *   instance:<id>        string with TTL: the owner's lease
- *   instances            hash: id -> "<last renewal ms> <lease ms>" 
+ *   instances            hash: id -> "<last renewal ms> <lease ms> <lease>"
  *   lock:reaper          string with TTL: who reaps expired sessions
  *   events               channel: "<instance> <name>" for each change
+ *   activity             channel: sessions' activity, signed
  */
 #include "sandboxd.h"
 
@@ -33,23 +38,23 @@
 #include <hiredis/async.h>
 
 #include "log.h"
+#include "oss.h"
 #include "shared_internal.h"
 #include "xmalloc.h"
 
 #define TICK_S 1.0
 
-/* Records of the other instances; each holds the list's reference. */
-static struct sandbox_list mirror = TAILQ_HEAD_INITIALIZER(mirror);
+/* KEYS: sb:<name>, instances. A record and its owner's lease entry, for
+ * the lease may be newer than what this instance heard last. */
+static const char fetch_script[] =
+    "local o = redis.call('HGET', KEYS[1], 'owner') "
+    "return {redis.call('HGETALL', KEYS[1]), "
+    "o and redis.call('HGET', KEYS[2], o) or false}";
+
 static struct event *sync_ev, *tick_ev;
 static char *channel;
-
-static const char *const fields[] = {
-	"id", "owner", "type", "image", "token", "agent", "port", "state",
-	"session", "meta", "container_id", "mount_dir", "storage_path",
-	"timeout", "created_at", "updated_at", "ports", "host", "api",
-};
-#define NFIELDS (sizeof fields / sizeof fields[0])
-
+/* What anybody writing Redis can have us log. */
+static struct log_rate unsigned_rate = LOG_RATE_INIT(10, 5);
 
 int
 shared_is_remote(const struct sandbox *sb)
@@ -66,9 +71,11 @@ agent_for_others(const struct sandbox *sb)
 	return xstrdup(sb->agent_addr != NULL ? sb->agent_addr : "");
 }
 
-/* The record of one of ours as field -> string. New reference. */
+/* The record of one of ours as field -> string, its token sealed as it
+ * was in last (the record as written before, or NULL), signed for key.
+ * New reference. */
 static json_t *
-record_fields(const struct sandbox *sb)
+record_fields(const struct sandbox *sb, json_t *last, const char *key)
 {
 	json_t *f = json_object();
 	char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
@@ -79,7 +86,15 @@ record_fields(const struct sandbox *sb)
 	json_object_set_new(f, "owner", json_string(state_instance()));
 	json_object_set_new(f, "type", json_string(sb->type_name));
 	json_object_set_new(f, "image", json_string(sb->image));
-	json_object_set_new(f, "token", json_string(sb->token));
+	/* Sealed once: a new nonce each time would be a change each time. */
+	if (last != NULL && *shared_field(last, "token") != '\0') {
+		json_object_set(f, "token", json_object_get(last, "token"));
+	} else {
+		char *sealed = shared_seal(sb->token, key);
+
+		json_object_set_new(f, "token", json_string(sealed));
+		free(sealed);
+	}
 	json_object_set_new(f, "agent", json_string(agent));
 	snprintf(num, sizeof num, "%d", sb->port);
 	json_object_set_new(f, "port", json_string(num));
@@ -114,15 +129,8 @@ record_fields(const struct sandbox *sb)
 	free(api);
 	free(meta);
 	free(agent);
+	shared_record_sign(key, f);
 	return f;
-}
-
-const char *
-shared_field(json_t *f, const char *k)
-{
-	const char *v = json_string_value(json_object_get(f, k));
-
-	return v != NULL ? v : "";
 }
 
 char *
@@ -159,6 +167,19 @@ shared_ignore_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		log_warn("shared state: Redis: %s", r->str);
 }
 
+/* Whether a sandbox of ours that is not going holds host port port. */
+static int
+port_held(int port)
+{
+	for (struct sandbox *sb = sandbox_first(); sb != NULL;
+	    sb = sandbox_next(sb)) {
+		if (sb->port == port && sb->state != SB_RELEASING &&
+		    sb->state != SB_RELEASED)
+			return 1;
+	}
+	return 0;
+}
+
 /* Remove the record of sb (ours, gone) from Redis. */
 static void
 delete_record(const char *name, json_t *last)
@@ -181,7 +202,9 @@ delete_record(const char *name, json_t *last)
 		shared_command(shared_ignore_cb, NULL, "LREM %s 0 %s", pkey, name);
 		free(pkey);
 	}
-	if (last != NULL && strcmp(shared_field(last, "port"), "0") != 0)
+	/* An old record's port may be a newer sandbox's now. */
+	if (last != NULL && atoi(shared_field(last, "port")) > 0 &&
+	    !port_held(atoi(shared_field(last, "port"))))
 		shared_release_port(atoi(shared_field(last, "port")));
 	shared_announce(name);
 	free(key);
@@ -208,7 +231,7 @@ write_record(struct sandbox *sb, shared_reply_cb cb, void *arg)
 static int
 write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 {
-	const char *argv[2 + 2 * NFIELDS];
+	const char *argv[2 + 2 * (SHARED_NFIELDS + 1)];
 	json_t *f, *last = sb->shared;
 	int argc = 2, published = 0;
 	char *key;
@@ -225,17 +248,19 @@ write_changes(struct sandbox *sb, shared_reply_cb cb, void *arg)
 	/* Not yet usable: others need not know it. */
 	if (last == NULL && sb->state == SB_CREATING)
 		return 0;
-	f = record_fields(sb);
 	key = shared_key("sb:%s", sb->name);
-	argv[0] = "HSET";
-	argv[1] = key;
-	for (size_t i = 0; i < NFIELDS; i++) {
-		const char *v = shared_field(f, fields[i]);
-
-		if (last != NULL && strcmp(shared_field(last, fields[i]), v) == 0)
-			continue;
-		argv[argc++] = fields[i];
-		argv[argc++] = v;
+	f = record_fields(sb, last, key);
+	/* Whole: what was tampered with in Redis is set right too. */
+	if (last == NULL || strcmp(shared_field(last, "mac"),
+	    shared_field(f, "mac")) != 0) {
+		argv[0] = "HSET";
+		argv[1] = key;
+		for (size_t i = 0; i < SHARED_NFIELDS; i++) {
+			argv[argc++] = shared_fields[i];
+			argv[argc++] = shared_field(f, shared_fields[i]);
+		}
+		argv[argc++] = "mac";
+		argv[argc++] = shared_field(f, "mac");
 	}
 	if (argc > 2) {
 		const char *old_session = last != NULL ? shared_field(last, "session") :
@@ -398,160 +423,41 @@ shared_publish(struct sandbox *sb, shared_done_cb done, void *arg)
 		sandboxd_defer(publish_later_cb, w);
 }
 
-/* The mirror. */
-
-struct sandbox *
-shared_mirror_get(const char *name)
-{
-	struct sandbox *sb;
-
-	TAILQ_FOREACH(sb, &mirror, entry) {
-		if (strcmp(sb->name, name) == 0)
-			return sb;
-	}
-	return NULL;
-}
-
+/* A record in Redis (f, key) of one of ours: what others asked of it,
+ * when it is signed. */
 static void
-mirror_drop(struct sandbox *sb)
+own_apply(struct sandbox *sb, const char *key, json_t *f)
 {
-	TAILQ_REMOVE(&mirror, sb, entry);
-	sb->listed = 0;
-	sandbox_unref(sb);
-}
+	const char *release = shared_field(f, "release");
+	json_t *take;
 
-void
-shared_mirror_forget(const char *name)
-{
-	struct sandbox *sb = shared_mirror_get(name);
-
-	if (sb != NULL)
-		mirror_drop(sb);
-}
-
-static enum sandbox_state
-parse_state(const char *s)
-{
-	for (int st = SB_CREATING; st <= SB_RELEASED; st++) {
-		if (strcmp(sandbox_state_name(st), s) == 0)
-			return st;
+	if (*release != '\0' && sb->state != SB_RELEASED &&
+	    sb->state != SB_RELEASING) {
+		if (!shared_release_ok(key, state_instance(), release)) {
+			log_rate_msg(&unsigned_rate, LOG_WARN, "sandbox %s: "
+			    "ignoring a release request in Redis that is not "
+			    "signed", sb->name);
+		} else {
+			log_info("sandbox %s: release asked by another instance",
+			    sb->name);
+			lifecycle_release(sb, NULL, NULL);
+			return;
+		}
 	}
-	return SB_UNHEALTHY;
-}
-
-static char *
-dup_or_null(const char *s)
-{
-	return *s != '\0' ? xstrdup(s) : NULL;
-}
-
-/* Fields of an HGETALL answer as an object. New reference. */
-json_t *
-shared_reply_fields(redisReply *r)
-{
-	json_t *f = json_object();
-
-	if (r == NULL || r->type != REDIS_REPLY_ARRAY)
-		return f;
-	for (size_t i = 0; i + 1 < r->elements; i += 2) {
-		if (r->element[i]->type == REDIS_REPLY_STRING &&
-		    r->element[i + 1]->type == REDIS_REPLY_STRING)
-			json_object_set_new(f, r->element[i]->str,
-			    json_string(r->element[i + 1]->str));
-	}
-	return f;
-}
-
-/* Whether the agent of a mirror record (f) is reached through its
- * owner's API: on another host (a different advertised address) behind a
- * unix socket (a network-none type; a bridge type's port is reached
- * directly). Only a plain name goes into the owner's /proxy/{name}. */
-static int
-via_owner(const char *name, json_t *f)
-{
-	const char *ours = sd.cfg.advertise_addr != NULL ?
-	    sd.cfg.advertise_addr : "";
-
-	return strncmp(shared_field(f, "agent"), "unix:", 5) == 0 &&
-	    strcmp(shared_field(f, "host"), ours) != 0 &&
-	    *shared_field(f, "api") != '\0' && name[0] != '\0' &&
-	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	    "0123456789-_.") == strlen(name);
-}
-
-/* Bring a mirror record up to f (the record in Redis). */
-void
-shared_mirror_apply(struct sandbox *sb, json_t *f)
-{
-	json_t *meta = json_loads(shared_field(f, "meta"), 0, NULL);
-
-	free(sb->owner);
-	sb->owner = xstrdup(shared_field(f, "owner"));
-	free(sb->type_name);
-	sb->type_name = xstrdup(shared_field(f, "type"));
-	sb->type = sandbox_types_find(sb->type_name);
-	free(sb->image);
-	sb->image = xstrdup(shared_field(f, "image"));
-	snprintf(sb->id, sizeof sb->id, "%s", shared_field(f, "id"));
-	snprintf(sb->token, sizeof sb->token, "%s", shared_field(f, "token"));
-	free(sb->agent_addr);
-	sb->via_owner = via_owner(sb->name, f);
-	sb->agent_addr = xstrdup(shared_field(f, sb->via_owner ? "api" :
-	    "agent"));
-	sb->port = atoi(shared_field(f, "port"));
-	sb->state = parse_state(shared_field(f, "state"));
-	free(sb->session);
-	sb->session = dup_or_null(shared_field(f, "session"));
-	if (json_is_object(meta)) {
-		json_decref(sb->meta);
-		sb->meta = meta;
-	} else {
-		json_decref(meta);
-	}
-	free(sb->container_id);
-	sb->container_id = dup_or_null(shared_field(f, "container_id"));
-	free(sb->mount_dir);
-	sb->mount_dir = dup_or_null(shared_field(f, "mount_dir"));
-	free(sb->storage_path);
-	sb->storage_path = dup_or_null(shared_field(f, "storage_path"));
-	sb->timeout = atof(shared_field(f, "timeout"));
-	sb->created_at = atof(shared_field(f, "created_at"));
-	sb->updated_at = atof(shared_field(f, "updated_at"));
-	json_decref(sb->shared);
-	sb->shared = json_incref(f);
-	sandbox_changed(sb);
-}
-
-struct sandbox *
-shared_mirror_add(const char *name, json_t *f)
-{
-	struct sandbox *sb = xcalloc(1, sizeof *sb);
-
-	sb->name = xstrdup(name);
-	sb->meta = json_object();
-	sb->refs = 1;
-	sb->listed = 1;
-	shared_mirror_apply(sb, f);
-	TAILQ_INSERT_TAIL(&mirror, sb, entry);
-	return sb;
-}
-
-/* A record in Redis (f) of one of ours: what others asked of it. */
-static void
-own_apply(struct sandbox *sb, json_t *f)
-{
-	const char *state = shared_field(f, "state"), *session = shared_field(f, "session");
-
-	if (strcmp(shared_field(f, "release"), "1") == 0 &&
-	    sb->state != SB_RELEASED && sb->state != SB_RELEASING) {
-		log_info("sandbox %s: release asked by another instance",
-		    sb->name);
-		lifecycle_release(sb, NULL, NULL);
-		return;
+	/* Removed or tampered with: written again, whole. */
+	if (sb->shared != NULL && sb->state != SB_RELEASING &&
+	    sb->state != SB_RELEASED && (!shared_record_signed(key, f) ||
+	    strcmp(shared_field(f, "mac"), shared_field(sb->shared,
+	    "mac")) != 0)) {
+		json_decref(sb->shared);
+		sb->shared = NULL;
+		shared_dirty();
 	}
 	/* Taken from the pool by another instance. */
-	if (sb->state == SB_WARM && strcmp(state, "running") == 0) {
-		json_t *meta = json_loads(shared_field(f, "meta"), 0, NULL);
+	if (sb->state == SB_WARM && (take = shared_take_check(key,
+	    state_instance(), shared_field(f, "take"))) != NULL) {
+		json_t *meta = json_loads(shared_field(take, "meta"), 0, NULL);
+		const char *session = shared_field(take, "session");
 
 		if (json_is_object(meta))
 			json_object_update(sb->meta, meta);
@@ -561,221 +467,169 @@ own_apply(struct sandbox *sb, json_t *f)
 			sessions_bind(sb, session);
 		metrics_count(M_POOL_TAKES, sb->type_name);
 		pool_refill();
+		json_decref(take);
 	}
 }
 
-/* Reconcile a record of ours that has no sandbox here (any more). */
+/* Reconcile a record of ours that has no sandbox here (any more). One
+ * not signed is only removed: its session, pool and port are not ours to
+ * touch. */
 static void
-own_orphan(const char *name, json_t *f)
+own_orphan(const char *name, const char *key, json_t *f)
 {
+	char *names;
+
 	if (!sd.ready)
 		return;
-	log_info("shared state: removing the record of %s, whose container "
-	    "is gone", name);
-	delete_record(name, f);
-}
-
-static void
-record_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	char *name = arg;
-	redisReply *r = reply;
-	struct sandbox *sb;
-	json_t *f;
-
-	(void)ac;
-	if (r == NULL) {
-		free(name);
+	if (shared_record_signed(key, f)) {
+		log_info("shared state: removing the record of %s, whose "
+		    "container is gone", name);
+		delete_record(name, f);
 		return;
 	}
-	f = shared_reply_fields(r);
+	log_rate_msg(&unsigned_rate, LOG_WARN, "shared state: removing a "
+	    "record of %s in Redis that names this instance and is not "
+	    "signed", name);
+	names = shared_key("sandboxes");
+	shared_command(shared_ignore_cb, NULL, "DEL %s", key);
+	shared_command(shared_ignore_cb, NULL, "SREM %s %s", names, name);
+	free(names);
+}
+
+/* The answer to fetch_script ({record, its owner's lease entry}) for
+ * name. */
+static void
+record_apply(const char *name, redisReply *r)
+{
+	redisReply *lease;
+	struct sandbox *sb;
+	char *key;
+	json_t *f;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+		return;
+	f = shared_reply_fields(r->element[0]);
+	lease = r->element[1];
+	if (lease->type == REDIS_REPLY_STRING)
+		shared_instance_learn(shared_field(f, "owner"), lease->str);
+	key = shared_key("sb:%s", name);
 	sb = sandbox_find_local(name);
 	/* Released while Redis was away: its record goes now. */
 	if (sb != NULL && sb->state == SB_RELEASED)
 		sb = NULL;
 	if (sb != NULL) {
-		if (json_object_size(f) > 0)
-			own_apply(sb, f);
+		own_apply(sb, key, f);
 	} else if (json_object_size(f) == 0) {
-		if ((sb = shared_mirror_get(name)) != NULL)
-			mirror_drop(sb);
+		shared_mirror_forget(name);
 	} else if (strcmp(shared_field(f, "owner"), state_instance()) == 0) {
-		own_orphan(name, f);
-	} else if ((sb = shared_mirror_get(name)) != NULL) {
-		shared_mirror_apply(sb, f);
+		own_orphan(name, key, f);
 	} else {
-		shared_mirror_add(name, f);
+		shared_mirror_record(name, f);
 	}
 	json_decref(f);
+	free(key);
+}
+
+void
+shared_record_cb(struct redisAsyncContext *ac, void *reply, void *arg)
+{
+	char *name = arg;
+
+	(void)ac;
+	if (reply != NULL)
+		record_apply(name, reply);
 	free(name);
 }
 
-/* -1 when the command could not be sent. */
-static int
-fetch(const char *name)
+int
+shared_fetch_with(const char *name, shared_reply_cb cb, void *arg)
 {
-	char *key = shared_key("sb:%s", name), *dup = xstrdup(name);
+	char *key = shared_key("sb:%s", name), *hash = shared_key("instances");
 	int rc;
 
-	if ((rc = shared_command(record_cb, dup, "HGETALL %s", key)) < 0)
+	rc = shared_command(cb, arg, "EVAL %s 2 %s %s", fetch_script, key,
+	    hash);
+	free(key);
+	free(hash);
+	return rc;
+}
+
+int
+shared_fetch(const char *name)
+{
+	char *dup;
+
+	if (!shared_name_ok(name))
+		return -1;
+	dup = xstrdup(name);
+	if (shared_fetch_with(name, shared_record_cb, dup) < 0) {
 		free(dup);
-	free(key);
-	return rc;
-}
-
-/* One look-up of a name no announcement told us about yet. */
-struct lookup {
-	char *name;
-	void (*done)(void *arg, int ok);
-	void *arg;
-};
-
-static void
-lookup_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	struct lookup *l = arg;
-
-	record_cb(ac, reply, l->name);		/* frees the name */
-	l->done(l->arg, reply != NULL);
-	free(l);
-}
-
-/* cmd on key (the look-up's first step), answered to cb with a lookup
- * that holds name (may be NULL), done and arg. -1 while Redis is down. */
-static int
-lookup_start(const char *cmd, char *key, shared_reply_cb cb,
-    const char *name, void (*done)(void *arg, int ok), void *arg)
-{
-	struct lookup *l;
-	int rc = -1;
-
-	if (shared_up()) {
-		l = xcalloc(1, sizeof *l);
-		l->name = name != NULL ? xstrdup(name) : NULL;
-		l->done = done;
-		l->arg = arg;
-		if ((rc = shared_command(cb, l, "%s %s", cmd, key)) < 0) {
-			free(l->name);
-			free(l);
-		}
+		return -1;
 	}
-	free(key);
-	return rc;
+	return 0;
 }
 
-int
-shared_lookup(const char *name, void (*done)(void *arg, int ok), void *arg)
-{
-	return lookup_start("HGETALL", shared_key("sb:%s", name), lookup_cb,
-	    name, done, arg);
-}
-
-/* The records of a session's sandboxes none told us about yet: the names
- * bound to it in Redis, then each unknown one's record, then a PING whose
- * answer (in order on the one connection) says all were applied. */
-static void
-session_done_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	struct lookup *l = arg;
-
-	(void)ac;
-	l->done(l->arg, reply != NULL);
-	free(l);
-}
-
-static void
-session_members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
-{
-	struct lookup *l = arg;
-	redisReply *r = reply;
-	size_t fetched = 0;
-
-	(void)ac;
-	if (r == NULL) {
-		l->done(l->arg, 0);
-		free(l);
-		return;
-	}
-	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements;
-	    i++) {
-		const redisReply *m = r->element[i];
-
-		if (m->type == REDIS_REPLY_STRING && sandbox_find(m->str) == NULL)
-			fetched += fetch(m->str) == 0;
-	}
-	/* Every one known here already: nothing to wait for. */
-	if (fetched == 0) {
-		l->done(l->arg, 1);
-		free(l);
-	} else if (shared_command(session_done_cb, l, "PING") < 0) {
-		l->done(l->arg, 0);
-		free(l);
-	}
-}
-
-int
-shared_lookup_session(const char *session,
-    void (*done)(void *arg, int ok), void *arg)
-{
-	return lookup_start("SMEMBERS", shared_key("session:%s", session),
-	    session_members_cb, NULL, done, arg);
-}
-
+/* A message on either channel, or a subscription's confirmation. What
+ * an announcement names is only read (and checked) from Redis, so one
+ * of anybody's makes us do no more than read a record. */
 static void
 event_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	redisReply *r = reply, *msg;
 	const char *sp;
+	int events;
 
 	(void)ac;
 	(void)arg;
 	if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
 	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0)
+	    r->element[1]->type != REDIS_REPLY_STRING)
+		return;
+	events = strcmp(r->element[1]->str, channel) == 0;
+	if (strcmp(r->element[0]->str, "subscribe") == 0 && !events)
+		shared_activity_listening();
+	if (strcmp(r->element[0]->str, "message") != 0)
 		return;
 	msg = r->element[2];
-	if (msg->type != REDIS_REPLY_STRING ||
-	    (sp = strchr(msg->str, ' ')) == NULL)
+	if (msg->type != REDIS_REPLY_STRING)
+		return;
+	if (!events) {
+		shared_activity_heard(msg->str);
+		return;
+	}
+	if ((sp = strchr(msg->str, ' ')) == NULL)
 		return;
 	/* Our own announcements: we know. */
 	if ((size_t)(sp - msg->str) == strlen(state_instance()) &&
 	    strncmp(msg->str, state_instance(), (size_t)(sp - msg->str)) == 0)
 		return;
-	fetch(sp + 1);
+	shared_fetch(sp + 1);
 }
 
 void
 shared_records_subscribe(struct redisAsyncContext *ac)
 {
-	redisAsyncCommand(ac, event_cb, NULL, "SUBSCRIBE %s", channel);
+	char *activity = shared_key("activity");
+
+	redisAsyncCommand(ac, event_cb, NULL, "SUBSCRIBE %s %s", channel,
+	    activity);
+	free(activity);
 }
 
 static void
 members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	redisReply *r = reply;
-	struct sandbox *sb, *next;
 
 	(void)ac;
 	(void)arg;
 	if (r == NULL || r->type != REDIS_REPLY_ARRAY)
 		return;
 	/* What vanished while we were away goes; the rest is fetched. */
-	for (sb = TAILQ_FIRST(&mirror); sb != NULL; sb = next) {
-		size_t i;
-
-		next = TAILQ_NEXT(sb, entry);
-		for (i = 0; i < r->elements; i++) {
-			if (r->element[i]->type == REDIS_REPLY_STRING &&
-			    strcmp(r->element[i]->str, sb->name) == 0)
-				break;
-		}
-		if (i == r->elements)
-			mirror_drop(sb);
-	}
+	shared_mirror_keep_only(r);
 	for (size_t i = 0; i < r->elements; i++) {
 		if (r->element[i]->type == REDIS_REPLY_STRING)
-			fetch(r->element[i]->str);
+			shared_fetch(r->element[i]->str);
 	}
 }
 
@@ -814,69 +668,6 @@ shared_records_connected(void)
 	free(names);
 	/* Creates waited for the connection. */
 	pool_refill();
-}
-
-struct sandbox *
-shared_first(void)
-{
-	return TAILQ_FIRST(&mirror);
-}
-
-struct sandbox *
-shared_find(const char *identity)
-{
-	struct sandbox *sb;
-
-	TAILQ_FOREACH(sb, &mirror, entry) {
-		if (strcmp(sb->name, identity) == 0 || (sb->container_id !=
-		    NULL && strcmp(sb->container_id, identity) == 0))
-			return sb;
-	}
-	return NULL;
-}
-
-void
-shared_session_names(const char *session, json_t *names)
-{
-	struct sandbox *sb;
-
-	TAILQ_FOREACH(sb, &mirror, entry) {
-		if (sb->session != NULL && strcmp(sb->session, session) == 0 &&
-		    sb->state != SB_RELEASING && sb->state != SB_RELEASED)
-			json_array_append_new(names, json_string(sb->name));
-	}
-}
-
-void
-shared_session_keys(json_t *keys)
-{
-	struct sandbox *sb;
-
-	TAILQ_FOREACH(sb, &mirror, entry) {
-		size_t i;
-		json_t *v;
-
-		if (sb->session == NULL || sb->state == SB_RELEASING ||
-		    sb->state == SB_RELEASED)
-			continue;
-		json_array_foreach(keys, i, v) {
-			if (strcmp(json_string_value(v), sb->session) == 0)
-				break;
-		}
-		if (i == json_array_size(keys))
-			json_array_append_new(keys, json_string(sb->session));
-	}
-}
-
-size_t
-shared_count_live(void)
-{
-	struct sandbox *sb;
-	size_t n = 0;
-
-	TAILQ_FOREACH(sb, &mirror, entry)
-		n += sb->state != SB_RELEASED;
-	return n;
 }
 
 struct shared_answer *
@@ -926,7 +717,7 @@ void
 shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct shared_answer *an = shared_answer_new(sb, done, arg);
-	char *key = shared_key("sb:%s", sb->name);
+	char *key = shared_key("sb:%s", sb->name), *release;
 
 	if (shared_down_error(&an->err) < 0) {
 		an->failed = 1;
@@ -934,11 +725,16 @@ shared_release_remote(struct sandbox *sb, sandbox_done_cb done, void *arg)
 		free(key);
 		return;
 	}
-	/* Gone for clients at once; the owner removes the container. */
+	/* Gone for clients at once; the owner removes the container (and
+	 * uploads the workspace: until it has, creates wait for it). */
+	if (oss_enabled() && sb->storage_path != NULL)
+		shared_upload_mark(sb);
 	sb->state = SB_RELEASING;
 	sandbox_changed(sb);
-	shared_command(shared_ignore_cb, NULL, "HSET %s release 1 state releasing",
-	    key);
+	release = shared_release_sign(key, sb->owner, state_instance());
+	shared_command(shared_ignore_cb, NULL, "HSET %s release %s", key,
+	    release);
+	free(release);
 	if (announce(sb->name, remote_release_cb, an) < 0) {
 		an->failed = 1;
 		shared_lost_error(&an->err);
@@ -971,15 +767,14 @@ shared_records_init(void)
 void
 shared_records_free(void)
 {
-	struct sandbox *sb;
-
 	if (sync_ev != NULL)
 		event_free(sync_ev);
 	if (tick_ev != NULL)
 		event_free(tick_ev);
 	sync_ev = tick_ev = NULL;
-	while ((sb = TAILQ_FIRST(&mirror)) != NULL)
-		mirror_drop(sb);
+	shared_mirror_clear();
+	shared_instances_free();
+	shared_activity_free();
 	free(channel);
 	channel = NULL;
 }

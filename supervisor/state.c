@@ -156,8 +156,9 @@ state_flush(void)
 	if (write_ev != NULL)
 		event_del(write_ev);
 	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
-		/* A container may exist from the moment we ask for it. */
-		if (sb->state != SB_RELEASED)
+		/* A container may exist from the moment we ask for it; a
+		 * workspace not uploaded yet is the next start's to upload. */
+		if (sb->state != SB_RELEASED || sb->workspace_unsaved)
 			json_array_append_new(list, record(sb));
 	}
 	root = json_pack("{s:i,s:s,s:o,s:o}", "version", 1, "instance",

@@ -3,8 +3,9 @@
  * HTTP server into the real handlers, in-process, on a scratch workspace:
  * JSON bodies (first through http_json_parse, the layer every JSON route
  * goes through) and query strings. Every route is served but those that
- * start processes (run_shell_command, run_ipython_cell, add_servers) and
- * the streamed uploads (fuzzed as multipart and raw bytes elsewhere); the
+ * start processes (run_shell_command, run_ipython_cell, add_servers, the
+ * code interpreter's execute, create and restart, envd's /files) and the
+ * streamed uploads (fuzzed as multipart and raw bytes elsewhere); the
  * native filesystem tools answer /mcp/call_tool, so their argument checks
  * and file operations are fuzzed too, beneath the scratch workspace.
  *
@@ -32,14 +33,19 @@ static struct http_route routes[32];
 static size_t nroutes;
 static char root[64];
 
-/* Routes that would start processes, or stream uploads. */
+/* Routes that would start processes (envd's /files starts a file
+ * helper, this binary executed anew), or stream uploads. */
 static int
 left_out(const struct http_route *r)
 {
 	return (r->flags & HTTP_ROUTE_STREAM_BODY) ||
 	    strcmp(r->path, "/tools/run_shell_command") == 0 ||
 	    strcmp(r->path, "/tools/run_ipython_cell") == 0 ||
-	    strcmp(r->path, "/mcp/add_servers") == 0;
+	    strcmp(r->path, "/mcp/add_servers") == 0 ||
+	    strcmp(r->path, "/ci/execute") == 0 ||
+	    strcmp(r->path, "/envd/files") == 0 ||
+	    (strncmp(r->path, "/ci/contexts", 12) == 0 &&
+	    (r->methods & HTTP_METHOD_POST));
 }
 
 static void
@@ -110,6 +116,8 @@ setup(void)
 	spawn_init(agent.base);
 	gitops_routes_init(&agent);
 	mcp_init(&agent);
+	agent.cfg.max_contexts = 16;
+	ci_init(&agent);
 	if (toolset_setup(&agent, "filesystem", &err) < 0)
 		abort();
 	all = agent_routes(&n);

@@ -220,6 +220,46 @@ def test_healthy_once_the_display_answers_and_commands_see_it(desk):
     assert st.st_uid == USER and st.st_mode & 0o777 == 0o600
 
 
+def test_healthy_once_its_programs_drew_and_the_first_screenshot_shows_it(
+        start_desktop):
+    """The display answers at once, its window manager draws a moment
+    later (jwm: 2-5 s under load): /healthz waits for the first drawing,
+    so the first screenshot of a sandbox handed out shows it."""
+    d = start_desktop(programs=[{"name": "late", "command": [
+        "/bin/sh", "-c", "sleep 1.5; exec /usr/bin/xterm -geometry "
+        "60x15+100+100"]}])
+    img, _ = png_of(d.ok("get_screenshot"))
+    pixels = img.convert("RGB").crop((110, 130, 400, 250)).getdata()
+    assert sum(1 for p in pixels if p == (255, 255, 255)) / len(pixels) > 0.9
+    assert "desktop: display :%d drawn on" % d.display in d.agent.read_log()
+
+
+def test_a_desktop_that_draws_nothing_is_unhealthy_and_says_why(
+        tmp_workspace, desktop_dir):
+    os.chown(tmp_workspace, USER, USER)
+    cfg = desktop_config(desktop_dir, free_display(), programs=[
+        {"name": "idle", "command": ["/bin/sleep", "600"]}], draw_timeout=1)
+    agent = StartingAgent(tmp_workspace, ("--run-as", f"{USER}:{USER}",
+                                          "--desktop", cfg))
+    late = ("the desktop's programs drew nothing on its display within 1 s "
+            "of their start")
+    try:
+        details = set()
+        deadline = time.time() + 30
+        while late not in details and time.time() < deadline:
+            r = agent.get("/healthz")
+            assert r.status_code == 503, r.text
+            details.add(r.json()["detail"])
+            time.sleep(0.05)
+        assert details <= {"the desktop's display is not ready",
+                           "the desktop is starting: nothing is drawn on "
+                           "its display yet", late}, details
+        assert late in details
+        assert late + "; unhealthy until they do" in agent.read_log()
+    finally:
+        assert agent.stop()
+
+
 def test_ipython_kernel_sees_the_display(desk):
     r = desk.agent.post("/tools/run_ipython_cell",
                         {"code": "import os; print(os.environ['DISPLAY'])"})
@@ -370,7 +410,10 @@ def test_bad_desktop_files_stop_the_agent_at_start(tmp_workspace,
         "and \"vnc_socket\" an absolute path"
     assert refused({**good, "colour": "red"}) == \
         "sandbox-agent: --desktop FILE: unknown key \"colour\" (display, " \
-        "vnc_socket, server, programs, novnc)"
+        "vnc_socket, server, programs, novnc, draw_timeout)"
+    assert refused({**good, "draw_timeout": 0}) == \
+        "sandbox-agent: --desktop FILE: \"draw_timeout\" must be seconds, " \
+        "more than 0 and at most 3600"
     assert refused({**good, "novnc": "opt/novnc"}) == \
         "sandbox-agent: --desktop FILE: \"novnc\" must be an absolute path"
     assert refused({**good, "programs": [{"command": ["/bin/true"],

@@ -20,8 +20,8 @@ from PIL import Image
 
 import ws_client
 from conftest import ROOT
-from test_agent_computer import (USER, StartingAgent, desktop_config,  # noqa: F401
-                                 desktop_dir, free_display)
+from test_agent_computer import (USER, Desktop, StartingAgent,  # noqa: F401
+                                 desktop_config, desktop_dir, free_display)
 
 NODE = "/usr/bin/node"
 NOVNC = os.path.join(ROOT, "tests", "node_modules", "@novnc", "novnc")
@@ -96,6 +96,26 @@ def full_update(ws, width, height):
     ws.send(struct.pack("!BBHi", 2, 0, 1, 0))
     ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, width, height))
     return read_update(ws)
+
+
+def barrier(ws):
+    """The VNC server has read everything the viewer sent before: it
+    answers an update request (raw encoding set) after what came
+    before it on the connection."""
+    ws.send(struct.pack("!BBHHHH", 3, 0, 0, 0, 1, 1))
+    read_update(ws)
+
+
+def try_to_drive(ws, pointer=(40, 50)):
+    """What a viewer sends to drive the desktop: keys (to the window under
+    the pointer), cut text, a click that moves the pointer; then the
+    server has read them."""
+    for c in b"view":
+        ws.send(struct.pack("!BBxxI", 4, 1, c) + struct.pack("!BBxxI", 4, 0, c))
+    ws.send(struct.pack("!BxxxI", 6, 5) + b"typed")
+    ws.send(struct.pack("!BBHH", 5, 1, *pointer))
+    ws.send(struct.pack("!BBHH", 5, 0, *pointer))
+    barrier(ws)
 
 
 # ---- the page and its files ---------------------------------------------------
@@ -235,6 +255,44 @@ def test_the_websocket_speaks_rfb_both_ways(web_desktop):
     ws.send(struct.pack("!H", 1000) + b"bye", opcode=8)
     assert ws.recv_close() == (1000, "")
     ws.sock.close()
+
+
+def test_a_view_only_viewer_sees_the_desktop_and_cannot_drive_it(
+        web_desktop, desktop_dir):
+    """view_only=true (sandboxd's view-only desktop link): the screen comes
+    as to anyone, keys, the pointer, cut text and resizes never reach the
+    desktop; a message the filter cannot follow ends the viewer."""
+    a = web_desktop()
+    d = Desktop(a, a.display, desktop_dir)
+    d.terminal("cat > typed.txt")
+    d.ok("mouse_move", coordinate=[500, 300])		# over the xterm
+    ws = ws_client.connect(f"/websockify?password={a.token}&view_only=true",
+                           port=a.port)
+    assert rfb_handshake(ws) == (1280, 800, "sandbox")
+    rects = full_update(ws, 1280, 800)
+    assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
+    try_to_drive(ws)
+    assert d.ok("get_cursor_position")["structuredContent"] == \
+        {"x": 500, "y": 300}
+    # A resize, extended cut text: dropped too.
+    ws.send(struct.pack("!BxHHBx", 251, 640, 400, 1) + bytes(16))
+    ws.send(struct.pack("!Bxxxi", 6, -4) + b"\0\0\0\1")
+    barrier(ws)
+    assert d.shell("xdotool getdisplaygeometry") == "1280 800\n"
+    # The agent's own input still reaches the xterm, alone.
+    d.ok("type", text="driven\n")
+    d.ok("key", text="ctrl+d")
+    out = os.path.join(a.workspace, "typed.txt")
+    d.wait_for(lambda: open(out).read().endswith("driven\n"),
+               "the typed line")
+    with open(out) as f:
+        assert f.read() == "driven\n"
+    # QEMU's messages are none a view-only viewer needs.
+    ws.send(b"\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x61")
+    assert ws.recv_close() == (1008, "a view-only viewer may not send "
+                                     "message type 255")
+    ws.sock.close()
+    assert "a viewer connected (view only)" in a.read_log()
 
 
 def test_handshakes_the_relay_refuses(web_desktop):

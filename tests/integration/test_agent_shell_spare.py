@@ -117,6 +117,70 @@ def test_spare_behaves_as_bash_c(start_agent, tmp_workspace, name):
     assert got == want, (command, got, want)
 
 
+# Texts written to get out of a parse check that wraps them (a function
+# body, a group): what they do, output and files, must be what bash -c
+# does with them, and nothing of them may run before or besides that.
+HOSTILE_SHAPES = {
+    "brace_closes_early": "echo one\n}\necho two >> side_effect.txt; "
+                          "echo two\n{ :",
+    "brace_closes_early_one_line": "echo a; }; echo b > side_effect.txt",
+    "braces_close_twice": "}\n}\necho x > side_effect.txt",
+    "brace_left_open": "{ echo a > side_effect.txt",
+    "brace_in_heredoc": "cat <<EOF\n}\nEOF\necho after > side_effect.txt",
+    "code_in_quoted_heredoc": "cat <<'EOF'\n}\necho inside > "
+                              "side_effect.txt\nEOF\necho after",
+    "brace_after_heredoc": "cat <<EOF\nx\nEOF\n}\necho y > "
+                           "side_effect.txt",
+    "heredoc_left_open_with_brace": "cat <<EOF\n}\necho z > "
+                                    "side_effect.txt",
+    "case_arm_brace": "case } in\n}) echo brace > side_effect.txt;;\n"
+                      "esac\ncase x in x) echo x;; esac",
+    "case_arm_closes_early": "case x in x) }\necho y > side_effect.txt;; "
+                             "esac",
+    "brace_in_substitution": "echo $(echo })\n}\necho z > side_effect.txt",
+    "wrapper_named_old": "__sbx_parse(){ echo mine; }; __sbx_parse; "
+                         "declare -F",
+    "wrapper_named_new": "__sbx_check(){ echo mine > side_effect.txt; }; "
+                         "__sbx_check; declare -F",
+    "wrapper_called_then_brace": "__sbx_check\n}\n__sbx_parse",
+    "noexec_undone_then_brace": "set +n; echo x > side_effect.txt\n}",
+    "noexec_set": "set -n; echo hidden > side_effect.txt",
+    "local_dash_at_top": "local -; set -n\necho hidden > side_effect.txt",
+    "return_then_brace": "return 0\n}\necho w > side_effect.txt",
+    "function_left_open": "f() {\necho f > side_effect.txt",
+}
+
+
+def workspace_files(ws):
+    """{name: content} of the workspace, emptied."""
+    out = {}
+    for name in sorted(os.listdir(ws)):
+        path = os.path.join(ws, name)
+        with open(path) as f:
+            out[name] = f.read()
+        os.remove(path)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SHAPES))
+def test_hostile_text_behaves_as_bash_c(start_agent, tmp_workspace, name):
+    a = spare_agent(start_agent)
+    command = HOSTILE_SHAPES[name]
+    deadline = time.time() + 10
+    while True:
+        workspace_files(tmp_workspace)
+        before = len(SPARE_RE.findall(a.read_log()))
+        got = result_texts(a.shell(command))
+        if len(SPARE_RE.findall(a.read_log())) > before:
+            break
+        assert time.time() < deadline, "no spare was ready"
+        time.sleep(0.1)
+    got_files = workspace_files(tmp_workspace)
+    want = bash_c(command, tmp_workspace)
+    want_files = workspace_files(tmp_workspace)
+    assert (got, got_files) == (want, want_files), command
+
+
 def test_spare_runs_in_its_own_group_as_a_fresh_shell(start_agent):
     a = spare_agent(start_agent)
     out = in_spare(a, "ps -o pid=,pgid= -p $$; echo $SHLVL")["stdout"]
@@ -140,6 +204,8 @@ def test_no_state_from_one_call_to_the_next(start_agent, tmp_workspace):
         os.path.realpath(tmp_workspace), tmp_workspace)
     # Our own limits and umask are the agent's (the test's): the same.
     assert got == want
+    # A command's own ulimit is not a spare spoilt (test_hostile_shell.py).
+    assert "dropped" not in a.read_log()
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -237,16 +303,34 @@ def test_a_spare_killed_while_idle_is_replaced(start_agent):
     in_spare(a, "true")
 
 
-# A background job left by one call: for 3 s, every process's every
-# descriptor it can open through /proc (for writing, and for reading) is
-# noted, and written into.
+# A background job left by one call: for 3 s, every descriptor of every
+# process under the agent (argv[2]) it can open through /proc (for
+# writing, and for reading) is noted, and written into; and of a sleep of
+# its own, which it can reach, to show that it looks. Only there: other
+# processes of the same user on this machine are not the test's.
 SNOOPER = r"""
-import os, sys, time
-me, log = os.getpid(), open(sys.argv[1], "a")
+import os, subprocess, sys, time
+me, log, agent = os.getpid(), open(sys.argv[1], "a"), int(sys.argv[2])
+sleep = subprocess.Popen(["sleep", "7.123"]).pid
+
+
+def under_agent(pid):
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+        if pid == agent:
+            return True
+    return False
+
+
 end = time.time() + 3
 while time.time() < end:
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) in (me, os.getppid()):
+        if int(pid) in (me, os.getppid()) or not (
+                int(pid) == sleep or under_agent(int(pid))):
             continue
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -286,10 +370,8 @@ def test_a_background_job_cannot_reach_the_next_spare(start_agent,
     with open(script, "w") as f:
         f.write(SNOOPER)
     a = spare_agent(start_agent, "--run-as", "65534:65534")
-    # A sleep of the user's beside it: what the job can reach, to show
-    # that it looks.
-    in_spare(a, f"sleep 7.123 >/dev/null 2>&1 & {SYSTEM_PYTHON} {script} "
-                f"{snoop_log} >/dev/null 2>&1 </dev/null & echo started")
+    in_spare(a, f"{SYSTEM_PYTHON} {script} {snoop_log} {a.proc.pid} "
+                ">/dev/null 2>&1 </dev/null & echo started")
     time.sleep(0.5)     # it has looked at the spares a few times over
     # Builtins only: the call's processes are its bash alone, which the
     # job must not reach either, idle or running.

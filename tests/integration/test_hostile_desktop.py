@@ -6,7 +6,8 @@ user's: Xvnc runs as them) before the computer tool. Against the agent's
 (the filesystem image, which carries a desktop). Each must be refused or
 bounded, no VNC byte may reach an unauthenticated client, no token may
 reach a log, and the agent and sandboxd keep serving with their
-descriptors back where they were.
+descriptors back where they were. A desktop link's token opens that
+desktop and nothing else.
 
 Everything is on 127.0.0.1, unix sockets, and containers made here.
 """
@@ -26,7 +27,7 @@ from sandboxd_fixtures import docker, minimal_tag, start_sandboxd  # noqa: F401
 from test_agent_computer import (USER, desktop_dir,  # noqa: F401
                                  png_of, start_desktop)
 from test_agent_desktop_web import read_update, rfb_handshake, web_desktop  # noqa: F401
-from test_images_desktop import TAG, viewer
+from test_images_desktop import TAG, desktop_token, viewer
 
 MiB = 1024 * 1024
 
@@ -337,28 +338,36 @@ def sbxd(filesystem_image, start_sandboxd):  # noqa: F811
                           env={"SANDBOXD_HEALTH_INTERVAL": "5"})
 
 
-def test_sandboxd_lets_in_only_the_sandboxes_own_token(sbxd):
+def test_sandboxd_lets_in_only_the_sandboxes_own_desktop_tokens(sbxd):
     one, two = sbxd.create("filesystem"), sbxd.create("filesystem")
-    t1 = sbxd.rpc("get_info", identity=one)["runtime_token"]
-    t2 = sbxd.rpc("get_info", identity=two)["runtime_token"]
+    t1, t2 = desktop_token(sbxd, one), desktop_token(sbxd, two)
+    v1 = desktop_token(sbxd, one, "desktop_view_url")
+    r1 = sbxd.rpc("get_info", identity=one)["runtime_token"]
     denied = b'{"detail":"Authentication required"}'
     for path, headers in (
             (f"/desktop/{one}", ()),
             (f"/desktop/{one}?password=wrong", ()),
             (f"/desktop/{one}?password={t2}", ()),		# the other's
+            (f"/desktop/{one}?password={r1}", ()),		# not in a URL
             (f"/desktop/{one}", (f"Cookie: sandbox_vnc={t1}",)),
             (f"/desktop/{one}", ("Authorization: Bearer wrong",)),
+            (f"/desktop/{one}", (f"Authorization: Bearer {t1}",)),
             (f"/desktop/sandboxd-0000000000000000?password={t1}", ())):
         refused_whole(raw_upgrade(sbxd.port, path, headers), 401, denied)
     browser = requests.Session()
     for path in (f"/desktop/{one}/vnc/vnc_relay.html?password={t2}",
-                 f"/desktop/{one}/vnc/core/rfb.js"):
+                 f"/desktop/{one}/vnc/core/rfb.js",
+                 f"/desktop/{one}/vnc/core/rfb.js?password={r1}"):
         r = browser.get(sbxd.url + path, timeout=30)
         assert r.status_code == 401 and r.content == denied, path
-    # Each its own: the token, or sandboxd's bearer token.
-    ws = viewer(sbxd, one, t1)
-    assert ws.recv(12) == b"RFB 003.008\n"
-    ws.close()
+    r = browser.get(f"{sbxd.url}/desktop/{one}/vnc/core/rfb.js", timeout=30,
+                    headers={"Cookie": f"sandbox_vnc={r1}"})
+    assert r.status_code == 401 and r.content == denied
+    # Each its own: either link's token, or sandboxd's bearer token.
+    for token in (t1, v1):
+        ws = viewer(sbxd, one, token)
+        assert ws.recv(12) == b"RFB 003.008\n"
+        ws.close()
     ws = ws_client.connect(f"/desktop/{two}", port=sbxd.port, headers={
         "Authorization": f"Bearer {sbxd.token}"})
     assert ws.recv(12) == b"RFB 003.008\n"
@@ -371,13 +380,95 @@ def test_sandboxd_lets_in_only_the_sandboxes_own_token(sbxd):
     logs = sbxd.read_log() + "".join(docker("logs", n).stdout + docker(
         "logs", n).stderr for n in (one, two))
     assert "/desktop/" in logs
-    for secret in (t1, t2, sbxd.token):
+    for secret in (t1, t2, v1, r1, sbxd.token):
         assert secret not in logs
+
+
+SECRET = "the workspace's secret"
+
+
+def test_a_desktop_link_opens_the_desktop_and_nothing_else(sbxd):
+    """A desktop_url's token opens /desktop/{id}/vnc/ and the desktop's
+    WebSocket, nothing of the agent, nor /proxy/{id}, nor the API; the
+    runtime_token is in no link sandboxd gives, and the SDK's link (which
+    carries it) is redirected to the desktop token's at once."""
+    name = sbxd.create("filesystem")
+    r = sbxd.session.put(f"{sbxd.url}/v1/sandboxes/{name}/agent/workspace/"
+                         "file?path=secret.txt", data=SECRET, timeout=60)
+    assert r.status_code == 200, r.text
+    info = sbxd.rpc("get_info", identity=name)
+    runtime = info["runtime_token"]
+    browser = requests.Session()	# no bearer: as a browser
+
+    def no_agent_routes(t):
+        """The agent's routes under /desktop/{id}: never."""
+        for path in (f"/desktop/{name}/workspace/file?path=secret.txt&"
+                     f"password={t}",
+                     f"/desktop/{name}/fastapi/workspace/file?path=secret.txt"
+                     f"&password={t}",
+                     f"/desktop/{name}/vnc/../workspace/file?path=secret.txt"
+                     f"&password={t}",
+                     f"/desktop/{name}/healthz?password={t}"):
+            r = browser.get(sbxd.url + path, timeout=30)
+            assert r.status_code in (401, 404), (path, r.status_code)
+            assert SECRET not in r.text
+        r = browser.get(f"{sbxd.url}/desktop/{name}/workspace/file",
+                        params={"path": "secret.txt"}, timeout=30,
+                        headers={"Cookie": f"sandbox_vnc={t}"})
+        assert r.status_code in (401, 404) and SECRET not in r.text
+
+    # The SDK's link carries the runtime_token: it opens no more.
+    no_agent_routes(runtime)
+    token, view_token = desktop_token(sbxd, name), \
+        desktop_token(sbxd, name, "desktop_view_url")
+    assert info["desktop_url"] == (f"{sbxd.url}/desktop/{name}/vnc/"
+                                   f"vnc_relay.html?password={token}")
+    assert info["desktop_view_url"] == (
+        f"{sbxd.url}/desktop/{name}/vnc/vnc_relay.html?password="
+        f"{view_token}&view_only=true")
+    assert len({runtime, token, view_token}) == 3
+    assert runtime not in info["desktop_url"] + info["desktop_view_url"]
+    no_agent_routes(token)
+    no_agent_routes(view_token)
+    # The desktop tokens open nothing else of sandboxd.
+    for t in (token, view_token):
+        bearer = {"Authorization": f"Bearer {t}"}
+        r = requests.get(f"{sbxd.url}/proxy/{name}/workspace/file",
+                         params={"path": "secret.txt"}, headers=bearer,
+                         timeout=30)
+        assert r.status_code == 401 and SECRET not in r.text
+        r = requests.post(f"{sbxd.url}/proxy/{name}/tools/run_shell_command",
+                          json={"command": "id"}, headers=bearer, timeout=30)
+        assert r.status_code == 401
+        r = requests.post(f"{sbxd.url}/call_tool", headers=bearer, json={
+            "identity": name, "tool_name": "run_shell_command",
+            "arguments": {"command": "id"}}, timeout=30)
+        assert r.status_code == 401
+    # The SDK's link: redirected before anything is served, the cookie is
+    # never the runtime_token.
+    page = f"{sbxd.url}/desktop/{name}/vnc/vnc_relay.html"
+    for query, want in (("", token), ("&view_only=true", view_token)):
+        r = browser.get(f"{page}?password={runtime}{query}", timeout=30,
+                        allow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["Location"] == f"vnc_relay.html?password={want}" + \
+            query
+        assert r.headers["Referrer-Policy"] == "no-referrer"
+        assert "Set-Cookie" not in r.headers and runtime not in r.text
+    r = browser.get(f"{page}?password={runtime}", timeout=30)
+    assert r.status_code == 200 and r.url == f"{page}?password={token}"
+    assert r.headers["Set-Cookie"] == \
+        f"sandbox_vnc={token}; HttpOnly; SameSite=Strict"
+    assert runtime not in str(browser.cookies.get_dict())
+    # Before auth, nothing of the client's path comes back.
+    for path in ("/desktop//secret-marker", "/desktop/?secret-marker"):
+        r = requests.get(sbxd.url + path, timeout=30)
+        assert r.status_code == 404 and "secret-marker" not in r.text
 
 
 def test_sandboxd_keeps_serving_bad_slow_and_many_viewers(sbxd):
     name = sbxd.create("filesystem")
-    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    token = desktop_token(sbxd, name)
     viewer(sbxd, name, token).close()
     time.sleep(0.5)
     fds = open_fds(sbxd.proc.pid)
@@ -412,7 +503,7 @@ def flood(s, name, token):
 @pytest.mark.memory
 def test_sandboxd_holds_little_for_a_viewer_that_never_reads(sbxd):
     name = sbxd.create("filesystem")
-    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    token = desktop_token(sbxd, name)
     viewer(sbxd, name, token).close()
     before = sbxd.rss_kib()
     stuck = flood(sbxd, name, token)

@@ -345,7 +345,7 @@ def test_kernel_fake_frames_are_refused(agent):
     says so, the kernel is replaced."""
     assert result_texts(cell(agent, "x = 1"))["stdout"] == ""
     for code, words in [(FAKE_HUGE_FRAME, "over 16 MiB"),
-                        (FAKE_VALUES_FRAME, "over 1024 JSON values")]:
+                        (FAKE_VALUES_FRAME, "over 65536 JSON values")]:
         res = cell(agent, code)
         assert res["isError"] is True
         assert words in result_texts(res)["stderr"], res

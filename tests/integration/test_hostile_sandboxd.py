@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
+from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F401
+                               write_types)
 
 
 class FakeAgent:
@@ -111,3 +112,40 @@ def test_an_agent_announcing_an_absurd_length(start_sandboxd, length):
         assert s.rpc("get_info", identity=name)["container_name"] == name
     finally:
         agent.close()
+
+
+def test_an_agent_socket_replaced_by_a_symlink_is_not_followed(
+        start_sandboxd, scratch):
+    """Root in a root-mode sandbox can write its agent's socket directory
+    (STATE_DIR/run/<id> on the host, bound into the sandbox). A symlink it
+    puts in place of agent.sock, naming a socket of the host (Docker's,
+    say), must not be followed: sandboxd would speak to that socket as
+    root, with whatever a client of /proxy/{id} sends."""
+    d = scratch("sbxd-link-")
+    types = write_types(d, {"rootbox": {"from": "minimal", "run_as": None}})
+    s = start_sandboxd(args=["--types", types])
+    name = s.create("rootbox")
+    host_sock = os.path.join(d, "host.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(host_sock)
+    listener.listen(4)
+    listener.settimeout(0.5)
+    try:
+        out = s.shell(name, "id -u && ln -s " + host_sock +
+                      " /run/sandbox-agent/next && mv -f "
+                      "/run/sandbox-agent/next /run/sandbox-agent/agent.sock"
+                      " && echo replaced")
+        assert out.get("stdout", "").split() == ["0", "replaced"], out
+        assert os.path.islink(sock_path(s, name))
+        r = s.post(f"/proxy/{name}/healthz", {})
+        assert r.status_code == 502, r.text
+        r = s.post("/call_tool", {"identity": name,
+                                  "tool_name": "run_shell_command",
+                                  "arguments": {"command": "true"}})
+        assert r.status_code in (200, 502), r.text
+        with pytest.raises(socket.timeout):
+            conn, _ = listener.accept()
+            conn.close()
+        assert s.get("/health").status_code == 200
+    finally:
+        listener.close()

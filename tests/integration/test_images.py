@@ -19,7 +19,7 @@ import requests
 from conftest import ROOT, result_texts
 
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
-TYPES = ("minimal", "base", "filesystem", "browser", "gui")
+TYPES = ("minimal", "base", "code-interpreter", "filesystem", "browser", "gui")
 LABEL = "io.agentscope.sandbox.test"
 SESSION = uuid.uuid4().hex[:12]
 TOKEN = "image-test-" + uuid.uuid4().hex
@@ -196,6 +196,7 @@ def test_healthcheck_reports_healthy_and_unhealthy(sandbox, sandbox_type):
 def test_image_sizes(images):
     assert image_size(images["minimal"]) <= 8 * MiB
     assert image_size(images["base"]) <= 250 * MiB
+    assert image_size(images["code-interpreter"]) <= 550 * MiB
     # The three with a desktop.
     assert image_size(images["filesystem"]) <= 350 * MiB
     assert image_size(images["browser"]) <= 1000 * MiB
@@ -268,6 +269,40 @@ def test_base_ipython_cell_keeps_state_across_calls(sandbox):
     res = cell("1 / 0")
     assert res["isError"] is True
     assert "ZeroDivisionError" in result_texts(res)["stderr"]
+
+
+# ---- code-interpreter ------------------------------------------------------
+
+def test_code_interpreter_runs_pandas_and_matplotlib_warm(sandbox):
+    """runCode as E2B's SDK sends it (sandboxd maps its port 49999 to /ci):
+    the default context is started with the agent, as the user, in its
+    home, with Debian's numpy, pandas and matplotlib."""
+    s = sandbox("code-interpreter")
+    deadline = time.time() + 60
+    while "IPython kernel ready" not in docker("logs", s.id).stderr:
+        assert time.time() < deadline, docker("logs", s.id).stderr
+        time.sleep(0.1)
+    assert "/ci/" not in docker("logs", s.id).stderr
+
+    def run(code):
+        r = s.session.post(s.url + "/ci/execute", json={"code": code},
+                           timeout=120)
+        assert r.status_code == 200, r.text
+        lines = [json.loads(line) for line in r.text.splitlines()]
+        assert lines[-1] == {"type": "end_of_execution"}
+        assert not [x for x in lines if x["type"] == "error"], lines
+        return [x for x in lines if x["type"] == "result"]
+
+    [ctx] = s.session.get(s.url + "/ci/contexts").json()
+    assert ctx["cwd"] == "/home/user"
+    [who] = run("import os\nos.getuid(), os.getcwd()")
+    assert who["text"] == "(1000, '/home/user')"
+    [df] = run("import numpy as np, pandas as pd\n"
+               "pd.DataFrame({'x': np.arange(3)})")
+    assert "<table" in df["html"] and df["data"] == {"x": [0, 1, 2]}
+    [fig] = run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                "plt.show()")
+    assert base64.b64decode(fig["png"]).startswith(b"\x89PNG")
 
 
 # ---- filesystem ---------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Desktops in a web browser through sandboxd: every type with a desktop
-(filesystem, browser, gui) opens its desktop_url,
-{base_url}/desktop/{id}/vnc/vnc_relay.html?password={runtime_token}, in
-Debian's headless Chromium (playwright-core), the page and noVNC's files
-streamed from the sandbox's agent and its WebSocket relayed by sandboxd
-to the agent's /websockify. The browser type's desktop shows the page its
-agent navigated to (served inside the sandbox). A small RFC 6455 client
-speaks RFB through sandboxd; many viewers come and go; releasing a
-sandbox closes its viewers.
+(filesystem, browser, gui) opens its desktop_url (get_info's,
+{base_url}/desktop/{id}/vnc/vnc_relay.html?password={desktop token}, and
+the SDK's, with the runtime_token, redirected to it) in Debian's headless
+Chromium (playwright-core), the page and noVNC's files streamed from the
+sandbox's agent and its WebSocket relayed by sandboxd to the agent's
+/websockify. The browser type's desktop shows the page its agent
+navigated to (served inside the sandbox). A small RFC 6455 client speaks
+RFB through sandboxd: the interactive link drives the desktop, the
+view-only one (desktop_view_url) only watches; many viewers come and go;
+releasing a sandbox closes its viewers.
 
 Hostile input is in test_hostile_desktop.py. RUNTIME_SANDBOX_IMAGE_TAG
 picks the images' tag (default latest), for tools/build-image and sandboxd
@@ -18,6 +20,7 @@ import struct
 import subprocess
 import threading
 import time
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
@@ -25,7 +28,8 @@ import requests
 import ws_client
 from conftest import ROOT, relay
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
-from test_agent_desktop_web import full_update, rfb_handshake, view
+from test_agent_desktop_web import (full_update, rfb_handshake,
+                                    try_to_drive, view)
 
 TAG = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
 TOKEN = "desktop-bearer"
@@ -48,8 +52,18 @@ def sbxd(desktop_images, start_sandboxd):  # noqa: F811
                           env={"SANDBOXD_HEALTH_INTERVAL": "5"})
 
 
-def desktop_url(s, name):
-    """As the SDK builds it."""
+def desktop_url(s, name, key="desktop_url"):
+    """get_info's link (key "desktop_view_url": the view-only one)."""
+    return s.rpc("get_info", identity=name)[key]
+
+
+def desktop_token(s, name, key="desktop_url"):
+    """The token of get_info's link."""
+    return parse_qs(urlparse(desktop_url(s, name, key)).query)["password"][0]
+
+
+def sdk_desktop_url(s, name):
+    """As the SDK's GUIMixin.desktop_url builds it: the runtime_token."""
     token = s.rpc("get_info", identity=name)["runtime_token"]
     return f"{s.url}/desktop/{name}/vnc/vnc_relay.html?password={token}"
 
@@ -58,9 +72,9 @@ def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def viewer(s, name, token=None, **kw):
-    token = token or s.rpc("get_info", identity=name)["runtime_token"]
-    return ws_client.connect(f"/desktop/{name}?password={token}",
+def viewer(s, name, token=None, query="", **kw):
+    token = token or desktop_token(s, name)
+    return ws_client.connect(f"/desktop/{name}?password={token}{query}",
                              port=s.port, **kw)
 
 
@@ -76,10 +90,12 @@ def colour_share(img, rgb, box):
     return sum(1 for p in pixels if p == rgb) / len(pixels)
 
 
-@pytest.mark.parametrize("sandbox_type", ("filesystem", "gui"))
-def test_desktop_url_opens_the_desktop_in_chromium(sbxd, sandbox_type):
+@pytest.mark.parametrize("sandbox_type,link", (("filesystem", sdk_desktop_url),
+                                               ("gui", desktop_url)))
+def test_desktop_url_opens_the_desktop_in_chromium(sbxd, sandbox_type, link):
+    """The SDK's link (redirected) and get_info's."""
     name = sbxd.create(sandbox_type)
-    report, img = view(desktop_url(sbxd, name),
+    report, img = view(link(sbxd, name),
                        f"sandboxd-{sandbox_type}-desktop.png")
     assert report["status"] == "Connected to sandbox", report
     assert report["canvas"] == [1280, 800], report
@@ -119,13 +135,18 @@ def test_browser_desktop_shows_the_page_the_agent_navigated_to(sbxd):
 
 def test_the_files_come_with_their_type_and_the_cookie_serves_them(sbxd):
     name = sbxd.create("filesystem")
-    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    token = desktop_token(sbxd, name)
     browser = requests.Session()	# no bearer: as a browser
     r = browser.get(f"{sbxd.url}/desktop/{name}/vnc/vnc_relay.html",
                     params={"password": token}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"] == "text/html; charset=utf-8"
-    assert r.headers["Set-Cookie"].startswith("sandbox_vnc=")
+    # The link's own token, for the page's directory (no Path: the
+    # browser's default, whatever prefix a reverse proxy adds).
+    assert r.headers["Set-Cookie"] == \
+        f"sandbox_vnc={token}; HttpOnly; SameSite=Strict"
+    assert [(c.name, c.value, c.path) for c in browser.cookies] == \
+        [("sandbox_vnc", token, f"/desktop/{name}/vnc")]
     r = browser.get(f"{sbxd.url}/desktop/{name}/vnc/core/rfb.js", timeout=30)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"] == "text/javascript; charset=utf-8"
@@ -154,9 +175,41 @@ def test_a_websocket_speaks_rfb_through_sandboxd(sbxd):
     ws.close()
 
 
+def test_the_view_only_link_watches_and_the_interactive_one_drives(sbxd):
+    name = sbxd.create("gui")
+    here = {"x": 600, "y": 400}
+    tool(sbxd, name, "computer", action="mouse_move", coordinate=[600, 400])
+    token = desktop_token(sbxd, name)
+    view_token = desktop_token(sbxd, name, "desktop_view_url")
+    # The view-only token, even asking to drive; the interactive one
+    # asking only to watch.
+    for t, query in ((view_token, ""), (view_token, "&view_only=false"),
+                     (token, "&view_only=true")):
+        ws = viewer(sbxd, name, t, query)
+        assert rfb_handshake(ws) == (1280, 800, "sandbox")
+        rects = full_update(ws, 1280, 800)
+        assert sum(w * h for _, _, w, h, _ in rects) == 1280 * 800
+        try_to_drive(ws)
+        res = tool(sbxd, name, "computer", action="get_cursor_position")
+        assert res["structuredContent"] == here, query
+        ws.close()
+    ws = viewer(sbxd, name, token)
+    rfb_handshake(ws)
+    full_update(ws, 1280, 800)
+    try_to_drive(ws, pointer=(40, 50))
+    res = tool(sbxd, name, "computer", action="get_cursor_position")
+    assert res["structuredContent"] == {"x": 40, "y": 50}
+    ws.close()
+    # The page of the view-only link says so, over the same desktop.
+    report, img = view(desktop_url(sbxd, name, "desktop_view_url"),
+                       "sandboxd-gui-view-only.png")
+    assert report["status"] == "Connected to sandbox (view only)", report
+    assert img.convert("RGB").getpixel((900, 120)) == (0x2f, 0x5f, 0x8f)
+
+
 def test_many_viewers_come_and_go_and_release_closes_them(sbxd):
     name = sbxd.create("filesystem")
-    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    token = desktop_token(sbxd, name)
     viewer(sbxd, name, token).close()		# warm
     time.sleep(0.5)
     before = open_fds(sbxd.proc.pid)
@@ -241,15 +294,22 @@ class PrefixProxy:
 
 
 def test_the_page_keeps_a_reverse_proxys_prefix(sbxd):
+    """The SDK's link behind a reverse proxy: redirected (relative) to the
+    desktop token's under the prefix, whose cookie serves the files."""
     name = sbxd.create("filesystem")
-    token = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    runtime = sbxd.rpc("get_info", identity=name)["runtime_token"]
+    token = desktop_token(sbxd, name)
     proxy = PrefixProxy(sbxd.port)
+    page = f"/tools/desktop/{name}/vnc/vnc_relay.html"
     try:
-        report, _ = view(f"http://127.0.0.1:{proxy.port}/tools/desktop/"
-                         f"{name}/vnc/vnc_relay.html?password={token}",
-                         "sandboxd-behind-a-proxy.png")
+        report, _ = view(f"http://127.0.0.1:{proxy.port}{page}?password="
+                         f"{runtime}", "sandboxd-behind-a-proxy.png")
         assert report["status"] == "Connected to sandbox", report
-        # Its WebSocket went to the prefix's /desktop/{id} too.
+        assert proxy.paths[:2] == [f"{page}?password={runtime}",
+                                   f"{page}?password={token}"]
+        # Its WebSocket went to the prefix's /desktop/{id} too; the
+        # sandbox's token went nowhere after the first request.
         assert f"/tools/desktop/{name}?password={token}" in proxy.paths
+        assert [p for p in proxy.paths if runtime in p] == proxy.paths[:1]
     finally:
         proxy.close()

@@ -10,6 +10,7 @@ tools/build-image and sandboxd alike.
 """
 import base64
 import io
+import json
 import os
 import subprocess
 import time
@@ -18,7 +19,8 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
+from sandboxd_fixtures import (minimal_tag, scratch,  # noqa: F401
+                               start_sandboxd, write_types)
 from test_sandboxd_sdk import RemoteManager
 
 TAG = os.environ.get("RUNTIME_SANDBOX_IMAGE_TAG", "latest")
@@ -116,6 +118,51 @@ def screenshot(box, name):
     return Image.open(io.BytesIO(data))
 
 
+def assert_jwm_desktop(img):
+    """jwm's desktop: its tray along the bottom, its background above."""
+    assert len(img.getcolors(maxcolors=1 << 20)) > 16
+    assert img.getpixel((900, 100)) == (0x2f, 0x5f, 0x8f)
+    assert img.getpixel((900, 790)) != (0x2f, 0x5f, 0x8f)
+
+
+def test_the_first_screenshot_after_create_shows_the_desktop(box):
+    """A sandbox is handed out once its window manager has drawn (the
+    display answers seconds before): an agent's first look at its
+    desktop shows something to click, not a black screen."""
+    img = screenshot(box, "gui-first-look.png")
+    black = sum(n for n, rgb in img.getcolors(maxcolors=1 << 20)
+                if rgb == (0, 0, 0))
+    assert black < 1280 * 800 // 10, black
+    assert_jwm_desktop(img)
+
+
+def test_a_desktop_that_draws_nothing_fails_its_create_and_says_why(
+        gui_image, start_sandboxd, scratch):  # noqa: F811
+    """The gui image with a desktop file whose only program draws nothing:
+    the agent stays unhealthy, and the create's answer gives its reason."""
+    root = scratch("sbxd-blind-")
+    workspace = os.path.join(root, "w")
+    os.mkdir(workspace)
+    with open(os.path.join(ROOT, "images", "desktop", "desktop.json")) as f:
+        desktop = json.load(f)
+    desktop.update(programs=[{"name": "idle", "command": ["/bin/sleep",
+                                                          "600"]}],
+                   draw_timeout=1)
+    with open(os.path.join(workspace, "desktop.json"), "w") as f:
+        json.dump(desktop, f)
+    types = write_types(root, {"blind": {"from": "gui", "environment": {
+        "AGENT_DESKTOP": "/workspace/desktop.json"}}})
+    s = start_sandboxd(tag=TAG, args=["--types", types], env={
+        "SANDBOXD_ALLOWED_MOUNT_DIRS": root, "SANDBOXD_CREATE_TIMEOUT": "6"})
+    r = s.post("/v1/sandboxes", {"type": "blind", "mount_dir": workspace})
+    assert r.status_code == 504, r.text
+    assert r.json()["detail"].endswith(
+        "its agent was not healthy within 6 s (/healthz answered HTTP 503: "
+        "the desktop's programs drew nothing on its display within 1 s of "
+        "their start)"), r.text
+    assert s.containers() == {}
+
+
 def test_gui_sandbox_as_the_sdk_drives_it(box):
     listed = box.list_tools()
     assert set(listed) == {"generic", "computer"}
@@ -129,19 +176,9 @@ def test_gui_sandbox_as_the_sdk_drives_it(box):
     assert box.ok("get_cursor_position")["structuredContent"] == \
         {"x": 321, "y": 234}
 
-    # A desktop: jwm's tray along the bottom, its background above (jwm
-    # starts once the display answers, and draws soon after).
-    deadline = time.time() + 20
-    while True:
-        img = screenshot(box, "gui-desktop.png")
-        if img.getpixel((900, 100)) == (0x2f, 0x5f, 0x8f) or \
-                time.time() > deadline:
-            break
-        time.sleep(0.2)
+    img = screenshot(box, "gui-desktop.png")
     assert img.size == (1280, 800)
-    assert len(img.getcolors(maxcolors=1 << 20)) > 16
-    assert img.getpixel((900, 100)) == (0x2f, 0x5f, 0x8f)
-    assert img.getpixel((900, 790)) != (0x2f, 0x5f, 0x8f)
+    assert_jwm_desktop(img)
 
     # GuiSandbox is a BaseSandbox too.
     assert box.out("echo $DISPLAY; id -u") == ":1\n1000\n"

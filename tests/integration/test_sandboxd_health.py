@@ -83,5 +83,5 @@ def test_create_deadline(start_sandboxd, scratch):
                        env={"SANDBOXD_CREATE_TIMEOUT": "3"})
     r = s.post("/v1/sandboxes", {"type": "deaf"})
     assert r.status_code == 504, r.text
-    assert "did not answer within 3 s" in r.json()["detail"]
+    assert "its agent was not healthy within 3 s" in r.json()["detail"]
     assert s.containers() == {}

@@ -38,7 +38,8 @@ def test_help_and_version(scratch):
     ({"POOL_SIZE": "many"}, "POOL_SIZE"),
     ({"DEFAULT_SANDBOX_TYPE": "unheard-of"}, "DEFAULT_SANDBOX_TYPE"),
     # Nothing listens on port 1: Redis is unreachable at start.
-    ({"REDIS_ENABLED": "true", "REDIS_PORT": "1"}, "REDIS_SERVER"),
+    ({"REDIS_ENABLED": "true", "REDIS_PORT": "1",
+      "SANDBOXD_REDIS_SECRET": "s" * 32}, "REDIS_SERVER"),
     ({"HEARTBEAT_TIMEOUT": "-1"}, "HEARTBEAT_TIMEOUT"),
 ])
 def test_bad_configuration_names_the_key(env, key, scratch):

@@ -255,7 +255,7 @@ test_frames_over_the_limits(void **state)
 	add_frame(in, many, 0);
 	add_frame(in, "{}", 0);
 	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
-	assert_non_null(strstr(why, "1024 JSON values"));
+	assert_non_null(strstr(why, "65536 JSON values"));
 	/* The bad frame is gone, what follows is intact. */
 	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
 	json_decref(msg);

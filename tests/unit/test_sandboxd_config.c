@@ -24,6 +24,7 @@ static const char *const envs[] = {
 	"SANDBOXD_STATE_DIR", "BEARER_TOKEN", "READONLY_MOUNTS",
 	"DEFAULT_MOUNT_DIR", "STORAGE_FOLDER", "MAX_SANDBOX_INSTANCES",
 	"SANDBOXD_TYPES", "DOCKER_HOST", "AUTO_CLEANUP",
+	"SANDBOXD_REDIS_SECRET", "SANDBOXD_REDIS_SECRET_FILE",
 };
 
 static int
@@ -146,6 +147,8 @@ test_bad_values_name_their_key(void **state)
 		{ "SANDBOXD_REDIS_LEASE", "nan", "SANDBOXD_REDIS_LEASE" },
 		{ "SANDBOXD_REDIS_DEAD_GRACE", "-1", "SANDBOXD_REDIS_DEAD_GRACE" },
 		{ "REDIS_ENABLED", "maybe", "REDIS_ENABLED" },
+		/* Shared mode without the instances' secret. */
+		{ "REDIS_ENABLED", "true", "SANDBOXD_REDIS_SECRET" },
 		{ "DEFAULT_SANDBOX_TYPE", "base,nope", "nope" },
 		{ "PORT_RANGE", "50000,40000", "PORT_RANGE" },
 		{ "PORT_RANGE", "80,90", "PORT_RANGE" },
@@ -268,9 +271,9 @@ test_builtin_types(void **state)
 
 	(void)state;
 	sandbox_types_init(NULL, "ns", "t1");
-	for (size_t i = 0; i < 5; i++) {
+	for (size_t i = 0; i < 6; i++) {
 		static const char *const names[] = { "base", "minimal",
-		    "filesystem", "browser", "gui" };
+		    "code-interpreter", "filesystem", "browser", "gui" };
 
 		t = sandbox_types_find(names[i]);
 		assert_non_null(t);
@@ -278,6 +281,8 @@ test_builtin_types(void **state)
 	}
 	assert_string_equal(sandbox_types_find("minimal")->image,
 	    "ns/runtime-sandbox-minimal:t1");
+	assert_string_equal(sandbox_types_find("code-interpreter")->image,
+	    "ns/runtime-sandbox-code-interpreter:t1");
 	assert_string_equal(sandbox_types_find("minimal")->network, "none");
 	assert_string_equal(sandbox_types_find("browser")->network, "bridge");
 	assert_ptr_equal(sandbox_types_for_tool("browser_navigate"),

@@ -13,11 +13,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/ioprio.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -491,6 +497,88 @@ test_missing_program(void **state)
 }
 
 static void
+test_search_path(void **state)
+{
+	/* "sh" is found through the child's own PATH, not ours; a name
+	 * found nowhere is a 404 naming it. */
+	static const char *const envp[] = { "PATH=/nonexistent:/bin", NULL };
+	static const char *const argv[] = { "sh", "-c", "echo found", NULL };
+	static const char *const missing[] = { "no-such-program-here", NULL };
+	struct spawn_options o = sh_options(NULL);
+	struct error err = { 0 };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.argv = argv;
+	o.envp = envp;
+	o.search_path = 1;
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "found\n");
+	spawn_free(sp);
+	o.argv = missing;
+	assert_null(spawn_start(base, &o, &exit_only, &r, &err));
+	assert_int_equal(err.status, 404);
+	assert_non_null(strstr(err.msg, "no-such-program-here"));
+}
+
+static void
+test_bad_cwd_says_so(void **state)
+{
+	/* As the user (cwd_as_user, as nobody when we are root) or not. */
+	struct spawn_options o = sh_options("true");
+	struct error err = { 0 };
+	struct run r = { 0 };
+
+	(void)state;
+	o.cwd = "/nonexistent/dir";
+	for (int as_user = 0; as_user < 2; as_user++) {
+		o.cwd_as_user = as_user;
+		o.set_ids = as_user && geteuid() == 0;
+		o.uid = o.gid = 65534;
+		assert_null(spawn_start(base, &o, &exit_only, &r, &err));
+		assert_int_equal(err.status, 404);
+		assert_non_null(strstr(err.msg, "cannot change to directory "
+		    "/nonexistent/dir"));
+	}
+}
+
+static void
+test_pty_is_the_controlling_terminal(void **state)
+{
+	/* A session of its own whose terminal is its stdin: /dev/tty opens,
+	 * and it leads its group in the foreground. */
+	struct spawn_options o = sh_options("exec 3</dev/tty && "
+	    "set -- $(cat /proc/$$/stat) && [ \"$8\" = $$ ] && echo ok");
+	struct run r = { 0 };
+	struct spawn *sp;
+	char buf[64];
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), s;
+	ssize_t n;
+
+	(void)state;
+	assert_true(m >= 0 && unlockpt(m) == 0);
+	s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	assert_true(s >= 0);
+	o.new_group = 1;
+	o.ctty = 1;
+	for (int i = 0; i < 3; i++) {
+		o.stdio[i] = SPAWN_FD;
+		o.fd[i] = s;
+	}
+	sp = start(&o, &exit_only, &r);
+	close(s);
+	loop_until(run_done, &r);
+	assert_true(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+	n = read(m, buf, sizeof buf - 1);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "ok"));
+	close(m);
+	spawn_free(sp);
+}
+
+static void
 test_not_executable(void **state)
 {
 	/* It exists but cannot be executed: our fault to ask, not a 404. */
@@ -710,6 +798,101 @@ test_reaper_reaps_orphans(void **state)
 	wait_gone(pid);
 }
 
+/* The process is stopped: a signal is delivered after kill returns. */
+static int
+pid_stopped(void *arg)
+{
+	char path[64], stat[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)*(pid_t *)arg);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return 0;
+	n = read(fd, stat, sizeof stat - 1);
+	close(fd);
+	stat[n > 0 ? n : 0] = '\0';
+	return (p = strrchr(stat, ')')) != NULL && p[1] == ' ' && p[2] == 'T';
+}
+
+enum spoil { SPOIL_STOP, SPOIL_NOFILE, SPOIL_NICE, SPOIL_CPUS,
+    SPOIL_SCHED_IDLE, SPOIL_IOPRIO, SPOILS };
+
+/* What any process of the same user may do to pid, one way; 0 if it
+ * changes nothing here (one CPU, or already so). */
+static int
+spoil(pid_t pid, enum spoil how)
+{
+	struct rlimit rl = { 4, 4 };
+	struct sched_param none = { 0 };
+	int nice = getpriority(PRIO_PROCESS, 0);
+	cpu_set_t cpus;
+
+	switch (how) {
+	case SPOIL_STOP:
+		if (kill(pid, SIGSTOP) < 0)
+			return 0;
+		loop_until(pid_stopped, &pid);
+		return 1;
+	case SPOIL_NOFILE:
+		return prlimit(pid, RLIMIT_NOFILE, &rl, NULL) == 0;
+	case SPOIL_NICE:
+		return nice < 19 && setpriority(PRIO_PROCESS, pid, nice + 1) == 0;
+	case SPOIL_CPUS:
+		if (sched_getaffinity(pid, sizeof cpus, &cpus) < 0 ||
+		    CPU_COUNT(&cpus) < 2)
+			return 0;
+		for (int cpu = 0; ; cpu++) {
+			if (CPU_ISSET(cpu, &cpus)) {
+				CPU_CLR(cpu, &cpus);
+				break;
+			}
+		}
+		return sched_setaffinity(pid, sizeof cpus, &cpus) == 0;
+	case SPOIL_SCHED_IDLE:
+		return sched_getscheduler(0) != SCHED_IDLE &&
+		    sched_setscheduler(pid, SCHED_IDLE, &none) == 0;
+	case SPOIL_IOPRIO:
+		return syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) !=
+		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) &&
+		    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, pid,
+		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)) == 0;
+	case SPOILS:
+		break;
+	}
+	return 0;
+}
+
+static void
+test_untouched_until_spoilt(void **state)
+{
+	struct spawn_options o = sh_options("exec sleep 100");
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.new_group = 1;
+	for (int how = 0; how < SPOILS; how++) {
+		sp = start(&o, &exit_only, &r);
+		assert_true(spawn_untouched(sp));
+		if (spoil(spawn_pid(sp), (enum spoil)how))
+			assert_false(spawn_untouched(sp));
+		else
+			print_message("spoil %d changes nothing here\n", how);
+		spawn_free(sp);
+	}
+	/* Gone, or with no keeper to know it by: not to be used. */
+	sp = start(&o, &exit_only, &r);
+	kill(spawn_pid(sp), SIGKILL);
+	loop_until(run_done, &r);
+	assert_false(spawn_untouched(sp));
+	spawn_free(sp);
+	o.new_group = 0;
+	sp = start(&o, &exit_only, &r);
+	assert_false(spawn_untouched(sp));
+	spawn_free(sp);
+}
+
 /* A setup: runs in the child before the exec, a system call only. */
 static int
 setup_umask(void *arg)
@@ -852,6 +1035,9 @@ main(void)
 		cmocka_unit_test(test_background_child_keeps_pipe),
 		cmocka_unit_test(test_output_paused_past_exit_is_all_delivered),
 		cmocka_unit_test(test_missing_program),
+		cmocka_unit_test(test_search_path),
+		cmocka_unit_test(test_bad_cwd_says_so),
+		cmocka_unit_test(test_pty_is_the_controlling_terminal),
 		cmocka_unit_test(test_not_executable),
 		cmocka_unit_test(test_stdin_dev_null),
 		cmocka_unit_test(test_default_signals_in_child),
@@ -861,6 +1047,7 @@ main(void)
 		cmocka_unit_test(test_free_kills_running_child),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_reaper_reaps_orphans),
+		cmocka_unit_test(test_untouched_until_spoilt),
 		cmocka_unit_test(test_setup_runs_in_the_child),
 		cmocka_unit_test(test_setup_failure_fails_the_spawn),
 		cmocka_unit_test(test_orphans_are_told_with_their_status),

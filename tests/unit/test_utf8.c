@@ -167,6 +167,33 @@ test_json_string(void **state)
 	json_decref(j);
 }
 
+static void
+test_carry(void **state)
+{
+	struct utf8_carry carry = { 0 };
+	json_t *j;
+
+	(void)state;
+	/* "é" cut by the pipe after its first byte: held, then whole. */
+	j = utf8_carry_json(&carry, "ab\xc3", 3);
+	assert_string_equal(json_string_value(j), "ab");
+	assert_int_equal(carry.n, 1);
+	json_decref(j);
+	j = utf8_carry_json(&carry, "\xa9", 1);
+	assert_string_equal(json_string_value(j), "\xc3\xa9");
+	assert_int_equal(carry.n, 0);
+	json_decref(j);
+	/* Only a sequence's start: nothing to send yet. */
+	assert_null(utf8_carry_json(&carry, "\xe2\x82", 2));
+	assert_int_equal(carry.n, 2);
+	/* The stream ended inside it: out, replaced as utf8_sanitize does. */
+	j = utf8_carry_json(&carry, NULL, 0);
+	assert_string_equal(json_string_value(j), REPL REPL);
+	assert_int_equal(carry.n, 0);
+	json_decref(j);
+	assert_null(utf8_carry_json(&carry, NULL, 0));
+}
+
 int
 main(void)
 {
@@ -178,6 +205,7 @@ main(void)
 		cmocka_unit_test(test_valid),
 		cmocka_unit_test(test_sanitize),
 		cmocka_unit_test(test_json_string),
+		cmocka_unit_test(test_carry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,8 +7,10 @@
 # and mouse_move + get_cursor_position; the same for npm's computer-use-mcp
 # on the same display, run by a second agent as its MCP server, and the
 # ratios. Then the gui image: its size, a cold create through sandboxd to
-# a healthy agent (display ready), a screenshot through sandboxd's
-# /call_tool, and the memory of an idle gui sandbox, all its processes.
+# a healthy agent (its desktop drawn), the same to the first screenshot
+# that shows the desktop, a screenshot through sandboxd's /call_tool, and
+# the memory of an idle gui sandbox, all its processes. The images are
+# RUNTIME_SANDBOX_IMAGE_TAG's (latest).
 #
 # Knobs: BENCH_GUI_N requests (or pairs) per figure (500), BENCH_GUI_REF_N
 # screenshots of computer-use-mcp (each waits a second first: 10),
@@ -146,11 +148,11 @@ section_gui_image() {
 		return
 	fi
 	image_size_row gui 900
-	SBXD_TAG=latest
+	SBXD_TAG=${RUNTIME_SANDBOX_IMAGE_TAG:-latest}
 	trap 'sbxd_cleanup; cleanup' EXIT
 	sbxd_start gui POOL_SIZE=0
 	if out=$(/usr/bin/python3 "$SBXD_HELPER" versus-true "$SBXD_URL" gui \
-		agentscope/runtime-sandbox-gui:latest /usr/bin/true \
+		"agentscope/runtime-sandbox-gui:$SBXD_TAG" /usr/bin/true \
 		"$CONTAINER_STARTS" 2>&1); then
 		row "create through sandboxd to healthy (p50 of $CONTAINER_STARTS)" \
 			"$(field sandboxd_p50_ms "$out") ms" "<= 2000 ms" \
@@ -160,6 +162,19 @@ section_gui_image() {
 	else
 		row "create through sandboxd to healthy" "error"
 		fail "gui through sandboxd: $out"
+	fi
+	# Healthy means drawn: the first screenshot shows the desktop.
+	if out=$(/usr/bin/python3 "$GUI_HELPER" first-look "$SBXD_URL" \
+		"$CONTAINER_STARTS" 2>&1); then
+		row "create to a usable desktop (p50 of $CONTAINER_STARTS)" \
+			"$(field usable_p50_ms "$out") ms" "<= 2000 ms" \
+			"$(verdict "$(field usable_p50_ms "$out")" '<=' 2000)"
+		row "  first screenshots not drawn yet" \
+			"$(field blank_first_looks "$out") of $CONTAINER_STARTS" "0" \
+			"$(verdict "$(field blank_first_looks "$out")" '<=' 0)"
+	else
+		row "create to a usable desktop" "error"
+		fail "gui first look: $out"
 	fi
 	# A screenshot of the real desktop (jwm), through sandboxd.
 	if name=$(/usr/bin/python3 -c 'import json, sys, urllib.request

@@ -11,10 +11,20 @@ one request repeated (httplat measures those).
       add up the memory of every process in its container: RSS and PSS
       (shared pages split among their users); prints rss_mib, pss_mib,
       processes; the sandbox is released after
+  gui_bench.py first-look URL N
+      N cold creates of a gui sandbox through sandboxd, each followed at
+      once by screenshots through /call_tool until one shows a drawn
+      desktop (less than half of it black: jwm's background and tray);
+      prints create_p50_ms (to the create's answer), usable_p50_ms (to
+      that screenshot) and blank_first_looks (creates whose first
+      screenshot was not drawn yet); each sandbox is removed before the
+      next create
 
 Only 127.0.0.1 and containers made here are reached.
 """
+import base64
 import http.client
+import io
 import json
 import statistics
 import subprocess
@@ -98,12 +108,55 @@ def idle_rss(url, seconds):
         post(url, "/release", {"identity": name})
 
 
+def drawn(url, name):
+    """A screenshot through sandboxd shows a drawn desktop."""
+    from PIL import Image
+
+    res = post(url, "/call_tool", {"identity": name, "tool_name": "computer",
+                                   "arguments": {"action": "get_screenshot"}})
+    png = [c for c in res["content"] if c["type"] == "image"][0]["data"]
+    img = Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB")
+    black = sum(n for n, rgb in img.getcolors(1 << 22) if rgb == (0, 0, 0))
+    return black < img.width * img.height / 2
+
+
+def first_look(url, n):
+    creates, usable, blank = [], [], 0
+    for _ in range(n):
+        t0 = time.perf_counter()
+        name = post(url, "/create", {"sandbox_type": "gui"})
+        if name is None:
+            sys.exit("sandboxd could not create a gui sandbox")
+        t1 = time.perf_counter()
+        try:
+            looks = 1
+            while not drawn(url, name):
+                looks += 1
+                if time.perf_counter() - t1 > 60:
+                    sys.exit(f"{name}: nothing drawn 60 s after its create")
+            t2 = time.perf_counter()
+        finally:
+            post(url, "/release", {"identity": name})
+        # Its removal done, so that the next create does not wait for it.
+        while subprocess.run(["docker", "inspect", name],
+                             capture_output=True).returncode == 0:
+            time.sleep(0.05)
+        blank += looks > 1
+        creates.append((t1 - t0) * 1e3)
+        usable.append((t2 - t0) * 1e3)
+    print(f"create_p50_ms={statistics.median(creates):.0f} "
+          f"usable_p50_ms={statistics.median(usable):.0f} "
+          f"blank_first_looks={blank} n={n}")
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "pair":
         pair(argv[2], argv[3], int(argv[4]))
     elif cmd == "idle-rss":
         idle_rss(argv[2], float(argv[3]))
+    elif cmd == "first-look":
+        first_look(argv[2], int(argv[3]))
     else:
         sys.exit(__doc__)
 

@@ -6,7 +6,8 @@
 # a sandboxd without Redis; a call on a sandbox through the instance that
 # owns it and through the other one (which relays to its agent); sandboxd's
 # RSS with BENCH_RECORDS records of another instance in Redis (synthetic:
-# written straight to Redis as a third instance would, no containers).
+# written straight to Redis as a third instance would, signed with the
+# instances' secret, no containers).
 #
 # Knobs: BENCH_POOL warm sandboxes taken (30, half per instance),
 # BENCH_RECORDS (1000).
@@ -28,21 +29,37 @@ redis_wait_pool() {
 	return 1
 }
 
-# Records of an instance that does not run: what a third host would write.
+# The instances' secret (SANDBOXD_REDIS_SECRET), which the synthetic
+# records below are signed with too.
+REDIS_BENCH_SECRET=bench-secret-0123456789abcdef-0123456789abcdef
+
+# Records of an instance that does not run: what a third host would write,
+# signed and with its lease (good for an hour), so the instances take them.
 redis_synthetic_records() {
 	local n=$1 prefix=$2
-	/usr/bin/python3 - "$n" "$prefix" <<'PY' | redis-cli -p "$REDIS_BENCH_PORT" >/dev/null
-import os, sys
-n, p = int(sys.argv[1]), sys.argv[2]
+	/usr/bin/python3 - "$n" "$prefix" "$REDIS_BENCH_SECRET" <<'PY' | redis-cli -p "$REDIS_BENCH_PORT" >/dev/null
+import os, shlex, sys, time
+sys.path.insert(0, "tests/integration")
+from redis_sign import Signer
+n, p, sign = int(sys.argv[1]), sys.argv[2], Signer(sys.argv[3])
 owner = os.urandom(16).hex()
+now = int(time.time() * 1000)
+lease = sign.lease(f"{p}instance:{owner}", 1, "", "", 49152, 59152,
+                   "/nonexistent/run", now + 3600 * 1000)
+print(f"HSET {p}instances {owner} {shlex.quote(f'{now} 3600000 {lease}')}")
 for i in range(n):
-    name = f"synthetic-{i:016x}"
-    print(f"HSET {p}sb:{name} id {i:016x} owner {owner} type minimal "
-          f"image agentscope/runtime-sandbox-minimal:latest "
-          f"token {os.urandom(16).hex()} agent unix:/nonexistent/{i}.sock "
-          f"port 0 state running session synthetic-{i % 100} meta {{}} "
-          f"container_id {os.urandom(32).hex()} mount_dir /nonexistent/{i} "
-          f"storage_path '' timeout 300 created_at 1 updated_at 1")
+    name, key = f"synthetic-{i:016x}", f"{p}sb:synthetic-{i:016x}"
+    rec = {"id": f"{i:016x}", "owner": owner, "type": "minimal",
+           "image": "agentscope/runtime-sandbox-minimal:latest",
+           "token": sign.seal(os.urandom(16).hex(), key),
+           "agent": f"unix:/nonexistent/run/{i:016x}/agent.sock",
+           "port": "0", "state": "running", "session": f"synthetic-{i % 100}",
+           "meta": "{}", "container_id": os.urandom(32).hex(),
+           "mount_dir": f"/nonexistent/{i}", "storage_path": "",
+           "timeout": "300", "created_at": "1", "updated_at": "1"}
+    rec = sign.sign_record(key, rec)
+    print(f"HSET {key} " + " ".join(f"{k} {shlex.quote(v)}"
+                                    for k, v in rec.items()))
     print(f"SADD {p}sandboxes {name}")
 PY
 }
@@ -86,6 +103,7 @@ section_redis() {
 	done
 	redis_synthetic_records "$BENCH_RECORDS" "bench:"
 	local common=(REDIS_ENABLED=true REDIS_PORT="$REDIS_BENCH_PORT"
+		SANDBOXD_REDIS_SECRET="$REDIS_BENCH_SECRET"
 		SANDBOXD_REDIS_PREFIX=bench: POOL_SIZE="$half"
 		SANDBOXD_POOL_PARALLEL=4)
 	sbxd_start ra "${common[@]}" CONTAINER_PREFIX_KEY=bench-a-

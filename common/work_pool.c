@@ -252,14 +252,14 @@ work_pool_submit(struct work_pool *p, work_cb run, work_cb done, void *arg,
 	pthread_mutex_lock(&p->lock);
 	if (p->stopping) {
 		pthread_mutex_unlock(&p->lock);
-		error_set(err, 503, "the agent is shutting down");
+		error_set(err, 503, "the worker pool is stopping");
 		return -1;
 	}
 	if (p->ntodo + 1 > p->nidle && p->nthreads < p->max &&
 	    (rc = start_thread(p)) != 0) {
 		pthread_mutex_unlock(&p->lock);
 		error_set(err, 503, "cannot start a worker thread: %s (the "
-		    "sandbox may be at its limit of processes)", strerror(rc));
+		    "limit of processes may be reached)", strerror(rc));
 		return -1;
 	}
 	j = xmalloc(sizeof *j);

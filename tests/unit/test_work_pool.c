@@ -1,4 +1,4 @@
-/* agent/work_pool.c: a job never waits behind a blocked one, done runs on
+/* common/work_pool.c: a job never waits behind a blocked one, done runs on
  * the loop, the cap holds, and free waits for what is under way. */
 #include <pthread.h>
 #include <semaphore.h>

@@ -1,4 +1,4 @@
-/* agent/work_queue.c: jobs run on another thread, in order, and finish on the
+/* common/work_queue.c: jobs run on another thread, in order, and finish on the
  * loop thread while the loop keeps running. */
 #include <pthread.h>
 #include <semaphore.h>
