@@ -567,20 +567,9 @@ empty_trash(struct crun *c)
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	struct dirent *e;
 
-	while (d != NULL && (e = readdir(d)) != NULL) {
-		char *path;
-		const char *argv[] = { "/bin/rm", "-rf", "--one-file-system",
-		    "--", NULL, NULL };
-		struct crun_job_spec spec = { 0 };
-
-		if (e->d_name[0] == '.')
-			continue;
-		path = xasprintf("%s/%s", c->trash, e->d_name);
-		argv[4] = path;
-		spec.argv = argv;
-		spec.out_fd = -1;
-		crun_jobs_run(c->trash_jobs, &spec, crun_op_trashed_cb, path);
-	}
+	while (d != NULL && (e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			crun_op_trash(c, e->d_name);
 	if (d != NULL)
 		closedir(d);
 	else if (fd >= 0)

@@ -310,9 +310,9 @@ void crun_op_crun(struct crun_op *op, const char *const *args, int out_fd,
  * the op finished. */
 int crun_op_job_done(struct crun_op *op, const char *what, int status,
     const char *errtext, const struct error *fail);
-/* A trash removal's done: says what went wrong. arg: the path, freed. */
-void crun_op_trashed_cb(int status, const char *out, const char *errtext,
-    const struct error *fail, void *arg);
+/* Remove the trash's entry name: at once when small, else by rm off the
+ * answer's path. */
+void crun_op_trash(struct crun *c, const char *name);
 
 void crun_create(struct backend *b, const struct backend_spec *spec,
     backend_created_cb done, void *arg);

@@ -2,9 +2,10 @@
  * Bringing a crun sandbox down: stop (a signal to its first process
  * through the pidfd, SIGKILL when it has not gone in time; thawed first
  * when paused, a frozen process takes no signal), pause and resume (crun's
- * freezer) and remove (crun delete --force, which kills what is left and
- * removes its cgroup; its network's CNI DEL; its directory renamed into
- * the trash and removed from there off the answer's path).
+ * freezer) and remove (killed through the pidfd, then crun delete
+ * --force, which removes its cgroups and crun's state; its network's CNI
+ * DEL; its directory renamed into the trash and removed from there off
+ * the answer's path).
  */
 #include "backend_crun.h"
 
@@ -19,8 +20,12 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "sandboxd.h"
 #include "xmalloc.h"
 
+/* How long a removal waits for a killed sandbox's exit before crun does
+ * the rest. */
+#define KILL_WAIT_SECONDS 5
 /* How often and how long a pause waits for the freezer (5 s). */
 #define FREEZE_POLL_US 2000
 #define FREEZE_POLLS 2500
@@ -194,8 +199,8 @@ crun_resume(struct backend *b, const char *id, backend_done_cb done,
 
 /* ---- remove --------------------------------------------------------- */
 
-void
-crun_op_trashed_cb(int status, const char *out, const char *errtext,
+static void
+trashed_cb(int status, const char *out, const char *errtext,
     const struct error *fail_, void *arg)
 {
 	(void)out;
@@ -205,7 +210,27 @@ crun_op_trashed_cb(int status, const char *out, const char *errtext,
 	free(arg);
 }
 
-/* The bundle into the trash, removed from there off the answer's path. */
+void
+crun_op_trash(struct crun *c, const char *name)
+{
+	char *path;
+	const char *argv[] = { "/bin/rm", "-rf", "--one-file-system", "--",
+	    NULL, NULL };
+	struct crun_job_spec spec = { 0 };
+
+	if (sandboxd_rmtree_small(c->trash_fd, name, SANDBOXD_RMTREE_BUDGET) ==
+	    0)
+		return;
+	/* A big or deep tree (the sandbox's files): rm takes it. */
+	path = xasprintf("%s/%s", c->trash, name);
+	argv[4] = path;
+	spec.argv = argv;
+	spec.out_fd = -1;
+	crun_jobs_run(c->trash_jobs, &spec, trashed_cb, path);
+}
+
+/* The bundle into the trash, removed from there: at once when small,
+ * else by rm off the answer's path. */
 static void
 remove_finish(struct crun_op *op)
 {
@@ -213,19 +238,12 @@ remove_finish(struct crun_op *op)
 	struct crun_box *box = op->box;
 	char *name = xasprintf("%s.%u", box->name, c->trash_seq++);
 
-	if (renameat(c->bundles_fd, box->name, c->trash_fd, name) == 0) {
-		char *path = xasprintf("%s/%s", c->trash, name);
-		const char *argv[] = { "/bin/rm", "-rf", "--one-file-system",
-		    "--", path, NULL };
-		struct crun_job_spec spec = { 0 };
-
-		spec.argv = argv;
-		spec.out_fd = -1;
-		crun_jobs_run(c->trash_jobs, &spec, crun_op_trashed_cb, xstrdup(path));
-		free(path);
-	} else if (errno != ENOENT) {
-		log_warn("crun: cannot move the directory of %s to the trash: "
-		    "%s", box->name, strerror(errno));
+	if (renameat(c->bundles_fd, box->name, c->trash_fd, name) < 0) {
+		if (errno != ENOENT)
+			log_warn("crun: cannot move the directory of %s to the "
+			    "trash: %s", box->name, strerror(errno));
+	} else {
+		crun_op_trash(c, name);
 	}
 	free(name);
 	op->box = NULL;
@@ -267,13 +285,55 @@ deleted_cb(int status, const char *out, const char *errtext,
 	remove_finish(op);
 }
 
-void
-crun_op_remove_begin(struct crun_op *op)
+static void
+delete_now(struct crun_op *op)
 {
 	const char *args[] = { "delete", "--force", op->box->name, NULL };
 
-	op->box->busy = 1;
+	if (op->ev != NULL)
+		event_free(op->ev);
+	op->ev = NULL;
+	op->box->on_exit = NULL;
 	crun_op_crun(op, args, -1, NULL, deleted_cb);
+}
+
+static void
+killed_cb(struct crun_box *box, void *arg)
+{
+	(void)box;
+	delete_now(arg);
+}
+
+static void
+kill_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	delete_now(arg);
+}
+
+/* A running sandbox is killed first and its exit waited for on its
+ * pidfd: its first process exits once every process of its namespace
+ * has, so its cgroups are empty then and crun delete removes them at
+ * once (killing itself, crun would find them busy and sleep 10 ms before
+ * trying again). A paused one (a frozen process takes no signal) or one
+ * that does not go in time is left to crun delete --force. */
+void
+crun_op_remove_begin(struct crun_op *op)
+{
+	struct crun_box *box = op->box;
+	struct timeval tv = { KILL_WAIT_SECONDS, 0 };
+
+	box->busy = 1;
+	if (box->state != BACKEND_RUNNING || box->pidfd < 0 ||
+	    pidfd_send_signal(box->pidfd, SIGKILL, NULL, 0) < 0) {
+		delete_now(op);
+		return;
+	}
+	box->on_exit = killed_cb;
+	box->on_exit_arg = op;
+	op->ev = event_new(op->c->base, -1, 0, kill_deadline_cb, op);
+	event_add(op->ev, &tv);
 }
 
 void

@@ -412,6 +412,12 @@ size_t lifecycle_busy(void);
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
 
+/* rmtree.c: rm -rf of dirfd/name in the process, for a tree of at most
+ * budget entries and 16 levels, following no name; -1 with errno (E2BIG:
+ * a bigger tree) with what was removed gone, for rm to finish. */
+#define SANDBOXD_RMTREE_BUDGET 256
+int sandboxd_rmtree_small(int dirfd, const char *name, size_t budget);
+
 /* workspace.c */
 
 /* Check a caller's mount_dir against ALLOWED_MOUNT_DIRS and the default

@@ -280,6 +280,12 @@ class Sandboxd:
         else:
             docker("rm", "-f", name)
 
+    def sandbox_env(self, name):
+        """The environment a sandbox's first process was given."""
+        if self.backend == "crun":
+            return self.crun_config(name)["process"]["env"]
+        return self.inspect(name)["Config"]["Env"]
+
     def crun_config(self, name):
         """The OCI configuration of a crun sandbox."""
         with open(os.path.join(self.crun_bundles, name, "config.json")) as f:
