@@ -322,13 +322,15 @@ crun_op_crun(struct crun_op *op, const char *const *args, int out_fd,
 }
 
 int
-crun_op_job_done(struct crun_op *op, const char *what, int status,
+crun_op_job_failed(struct crun_op *op, const char *what, int status,
     const char *errtext, const struct error *fail_)
 {
 	char *line;
 
 	if (fail_ == NULL && status == 0)
 		return 0;
+	if (op->failed)
+		return -1;
 	if (fail_ != NULL) {
 		op->err = *fail_;
 		error_prefix(&op->err, "crun %s", what);
@@ -342,10 +344,27 @@ crun_op_job_done(struct crun_op *op, const char *what, int status,
 		free(line);
 	}
 	op->failed = 1;
+	return -1;
+}
+
+int
+crun_op_job_done(struct crun_op *op, const char *what, int status,
+    const char *errtext, const struct error *fail_)
+{
+	if (crun_op_job_failed(op, what, status, errtext, fail_) == 0)
+		return 0;
 	if (op->box != NULL)
 		crun_op_idle(op->c, op->box);
 	crun_op_finish(op);
 	return -1;
+}
+
+void
+crun_op_part_failed(struct crun_op *op, const struct error *err)
+{
+	if (!op->failed)
+		op->err = *err;
+	op->failed = 1;
 }
 
 /* ---- what answers at once ------------------------------------------- */
@@ -638,9 +657,16 @@ setup(struct crun *c, const struct sandboxd_config *cfg, struct error *err)
 	c->boxes = crun_boxes_new(c->base, &c->host);
 	crun_boxes_load(c->boxes, c->bundles_fd, c->bundles);
 	for (box = crun_boxes_first(c->boxes); box != NULL;
-	    box = crun_boxes_next(box))
+	    box = crun_boxes_next(box)) {
+		struct error e;
+
 		if (box->net != NULL && box->pid > 0)
 			crun_net_adopt_ns(box->net, box->pid);
+		if (box->host_port > 0 && box->agent_addr != NULL &&
+		    (box->publish = crun_publish_new(c->base, box->host_ip,
+		    box->host_port, box->agent_addr, &e)) == NULL)
+			log_warn("sandbox %s: %s", box->name, e.msg);
+	}
 	empty_trash(c);
 	c->trim_ev = event_new(c->base, -1, EV_PERSIST, trim_cb, c);
 	event_add(c->trim_ev, &tv);

@@ -151,11 +151,10 @@ typedef void (*crun_net_done_cb)(const struct error *err, void *arg);
 /* A network namespace for sandbox name (its loopback up), held by us;
  * NULL with err. */
 struct crun_net *crun_net_new(const char *name, struct error *err);
-/* Attach it to the bridge (an address from the subnet) and publish
- * host_ip:host_port (NULL: 127.0.0.1; 0: nothing) at its port. */
+/* Attach it to the bridge (an address from the subnet; the bridge's NAT
+ * and forwarding rules made first, once). */
 void crun_net_attach(struct crun_jobs *q, const struct crun_net_config *cfg,
-    struct crun_net *n, const char *host_ip, int host_port, int port,
-    crun_net_done_cb done, void *arg);
+    struct crun_net *n, crun_net_done_cb done, void *arg);
 /* Undo what crun_net_attach did (all of it or the part that was done),
  * and let go of the namespace. */
 void crun_net_down(struct crun_jobs *q, const struct crun_net_config *cfg,
@@ -170,6 +169,18 @@ void crun_net_adopt_ns(struct crun_net *n, pid_t pid);
 json_t *crun_net_save(const struct crun_net *n);
 struct crun_net *crun_net_load(json_t *saved);
 void crun_net_free(struct crun_net *n);
+
+/* backend_crun_publish.c: a bridge sandbox's published port, relayed by
+ * sandboxd to its agent's unix socket. */
+
+struct crun_publish;
+
+/* Listen on host_ip (NULL: 127.0.0.1):port for agent_addr; NULL with
+ * err (503 when the port is taken). */
+struct crun_publish *crun_publish_new(struct event_base *base,
+    const char *host_ip, int port, const char *agent_addr, struct error *err);
+/* Close the port and every connection through it. */
+void crun_publish_free(struct crun_publish *p);
 
 /* backend_crun_box.c: the sandboxes the backend knows, their first
  * process watched, what a restart needs saved in their bundle. */
@@ -196,6 +207,7 @@ struct crun_box {
 	void *on_exit_arg;
 	int busy;			/* an operation holds it */
 	struct crun_net *net;		/* bridge only */
+	struct crun_publish *publish;	/* its published port, if any */
 	int host_port;			/* published agent port; 0: none */
 	char *host_ip;
 	TAILQ_ENTRY(crun_box) entry;
@@ -276,6 +288,7 @@ struct crun_op {
 	int not_running;		/* list */
 	int lines;			/* logs */
 	int polls;			/* pause: freezer checks so far */
+	int pending;			/* parts at once still running */
 	double timeout;			/* stop */
 	struct event *ev;		/* answer from the loop, or stop's
 					 * deadline */
@@ -310,6 +323,12 @@ void crun_op_crun(struct crun_op *op, const char *const *args, int out_fd,
  * the op finished. */
 int crun_op_job_done(struct crun_op *op, const char *what, int status,
     const char *errtext, const struct error *fail);
+/* The same for a job that is one of the op's parts at once (a crun call
+ * beside a CNI one): the failure is noted (the first one kept), nothing
+ * is finished. */
+int crun_op_job_failed(struct crun_op *op, const char *what, int status,
+    const char *errtext, const struct error *fail);
+void crun_op_part_failed(struct crun_op *op, const struct error *err);
 /* Remove the trash's entry name: at once when small, else by rm off the
  * answer's path. */
 void crun_op_trash(struct crun *c, const char *name);

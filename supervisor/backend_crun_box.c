@@ -204,6 +204,7 @@ crun_box_free(struct crun_box *box)
 	free(box->lowerdir);
 	free(box->host_ip);
 	crun_net_free(box->net);
+	crun_publish_free(box->publish);
 	free(box);
 }
 

@@ -294,13 +294,11 @@ args(const struct crun_config_in *in)
 			if (json_is_string(v))
 				json_array_append(a, v);
 	}
+	/* Its published port too is relayed to this socket
+	 * (backend_crun_publish.c): the agent listens on no network. */
 	json_array_append_new(a, json_string("--listen"));
 	json_array_append_new(a, json_string("unix:" AGENT_SOCK_DIR
 	    "/agent.sock"));
-	if (s->host_port > 0) {
-		json_array_append_new(a, json_string("--listen"));
-		json_array_append_new(a, json_string("0.0.0.0:8000"));
-	}
 	for (i = 0; s->args != NULL && s->args[i] != NULL; i++)
 		json_array_append_new(a, json_string(s->args[i]));
 	return a;

@@ -2,11 +2,17 @@
  * The bridge network of crun sandboxes, through the CNI plugins Debian
  * ships (containernetworking-plugins): a network namespace sandboxd makes
  * for the sandbox (its loopback up), the `bridge` plugin giving it a veth
- * on the host's bridge with an address from `host-local` (the host's NAT
- * behind it: ipMasq), and `portmap` publishing the agent's port on
- * host_ip:host_port. Each plugin is a child process of the job runner,
- * given the network configuration on its stdin as the CNI specification
- * says (1.0.0; we chain the two plugins ourselves).
+ * on the host's bridge with an address from `host-local`. The plugin is a
+ * child process of the job runner, given the network configuration on its
+ * stdin as the CNI specification (1.0.0) says.
+ *
+ * NAT and forwarding are the bridge's, not each sandbox's: rules for the
+ * subnet, made once (the first time a bridge sandbox is made) and kept,
+ * as Docker keeps docker0's: outgoing traffic masqueraded, and forwarded
+ * where the host's FORWARD policy drops (Docker sets it so). Per sandbox,
+ * ipMasq's chain and portmap's rules cost a dozen iptables runs to add and
+ * as many to remove; the published port is sandboxd's own relay
+ * (backend_crun_publish.c).
  *
  * sandboxd holds a descriptor of the namespace for the sandbox's life:
  * crun joins it by /proc/<sandboxd>/fd/<n>, and the bridge plugin's DEL
@@ -45,10 +51,7 @@ struct crun_net {
 	char *ns_path;
 	char *ip;
 	json_t *result;			/* the bridge plugin's ADD answer */
-	char *host_ip;
-	int host_port, port;
-	int added;			/* bridge ADD done: DEL to undo */
-	int mapped;			/* portmap ADD done */
+	int added;			/* ADD done: DEL to undo */
 };
 
 /* One plugin call in flight. */
@@ -57,10 +60,9 @@ struct call {
 	const struct crun_net_config *cfg;
 	struct crun_net *n;
 	int del;
-	struct error err;		/* undoing: the first failure */
-	int failed;
 	crun_net_done_cb done;
 	void *arg;
+	TAILQ_ENTRY(call) entry;	/* waiting for the bridge's rules */
 };
 
 static int
@@ -117,7 +119,6 @@ crun_net_free(struct crun_net *n)
 	free(n->name);
 	free(n->ns_path);
 	free(n->ip);
-	free(n->host_ip);
 	json_decref(n->result);
 	free(n);
 }
@@ -147,10 +148,8 @@ crun_net_adopt_ns(struct crun_net *n, pid_t pid)
 json_t *
 crun_net_save(const struct crun_net *n)
 {
-	return json_pack("{s:s,s:s?,s:O?,s:s?,s:i,s:i,s:b,s:b}", "name",
-	    n->name, "ip", n->ip, "result", n->result, "host_ip", n->host_ip,
-	    "host_port", n->host_port, "port", n->port, "added", n->added,
-	    "mapped", n->mapped);
+	return json_pack("{s:s,s:s?,s:O?,s:b}", "name", n->name, "ip", n->ip,
+	    "result", n->result, "added", n->added);
 }
 
 struct crun_net *
@@ -167,43 +166,22 @@ crun_net_load(json_t *saved)
 	n->ns_fd = -1;
 	if ((s = json_string_value(json_object_get(saved, "ip"))) != NULL)
 		n->ip = xstrdup(s);
-	if ((s = json_string_value(json_object_get(saved, "host_ip"))) != NULL)
-		n->host_ip = xstrdup(s);
 	n->result = json_incref(json_object_get(saved, "result"));
-	n->host_port = (int)json_integer_value(json_object_get(saved,
-	    "host_port"));
-	n->port = (int)json_integer_value(json_object_get(saved, "port"));
 	n->added = json_is_true(json_object_get(saved, "added"));
-	n->mapped = json_is_true(json_object_get(saved, "mapped"));
 	return n;
 }
 
-/* A plugin's network configuration (one of our chain of two). */
+/* The bridge plugin's network configuration. */
 static char *
-plugin_config(const struct crun_net_config *cfg, const struct crun_net *n,
-    const char *type)
+plugin_config(const struct crun_net_config *cfg)
 {
-	json_t *c;
-	char *text;
+	json_t *c = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:{s:s,s:[[{s:s}]],"
+	    "s:[{s:s}]}}", "cniVersion", CNI_VERSION, "name", NETWORK_NAME,
+	    "type", "bridge", "bridge", cfg->bridge, "isGateway", 1, "ipMasq",
+	    0, "hairpinMode", 1, "ipam", "type", "host-local", "ranges",
+	    "subnet", cfg->subnet, "routes", "dst", "0.0.0.0/0");
+	char *text = json_dumps(c, JSON_COMPACT);
 
-	if (strcmp(type, "bridge") == 0) {
-		c = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:{s:s,s:[[{s:s}]],"
-		    "s:[{s:s}]}}", "cniVersion", CNI_VERSION, "name",
-		    NETWORK_NAME, "type", "bridge", "bridge", cfg->bridge,
-		    "isGateway", 1, "ipMasq", 1, "hairpinMode", 1, "ipam",
-		    "type", "host-local", "ranges", "subnet", cfg->subnet,
-		    "routes", "dst", "0.0.0.0/0");
-	} else {
-		c = json_pack("{s:s,s:s,s:s,s:{s:b},s:b,s:{s:[{s:i,s:i,s:s,"
-		    "s:s}]}}", "cniVersion", CNI_VERSION, "name", NETWORK_NAME,
-		    "type", "portmap", "capabilities", "portMappings", 1,
-		    "snat", 1, "runtimeConfig", "portMappings", "hostPort",
-		    n->host_port, "containerPort", n->port, "protocol", "tcp",
-		    "hostIP", n->host_ip != NULL ? n->host_ip : "127.0.0.1");
-		if (n->result != NULL)
-			json_object_set(c, "prevResult", n->result);
-	}
-	text = json_dumps(c, JSON_COMPACT);
 	json_decref(c);
 	return text;
 }
@@ -212,11 +190,11 @@ static void plugin_done_cb(int status, const char *out, const char *errtext,
     const struct error *fail, void *arg);
 
 static void
-run_plugin(struct call *call, const char *type, const char *command)
+run_plugin(struct call *call, const char *command)
 {
 	struct crun_job_spec spec = { 0 };
-	char *path = xasprintf("%s/%s", call->cfg->cni_path, type);
-	char *env[7], *input = plugin_config(call->cfg, call->n, type);
+	char *path = xasprintf("%s/bridge", call->cfg->cni_path);
+	char *env[7], *input = plugin_config(call->cfg);
 	const char *argv[] = { path, NULL };
 
 	env[0] = xasprintf("CNI_COMMAND=%s", command);
@@ -225,7 +203,7 @@ run_plugin(struct call *call, const char *type, const char *command)
 	    call->n->ns_path : "");
 	env[3] = xstrdup("CNI_IFNAME=" IFNAME);
 	env[4] = xasprintf("CNI_PATH=%s", call->cfg->cni_path);
-	/* The plugins run iptables. */
+	/* The plugin runs sysctl and the like by name. */
 	env[5] = xstrdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:"
 	    "/usr/bin:/sbin:/bin");
 	env[6] = NULL;
@@ -270,80 +248,116 @@ plugin_done_cb(int status, const char *out, const char *errtext,
 {
 	struct call *call = arg;
 	struct crun_net *n = call->n;
+	json_t *res;
+	const char *addr;
 	struct error e;
 
 	if (fail != NULL) {
 		call_end(call, fail);
 		return;
 	}
-	if (call->del) {
-		/* Undoing: go on whatever a plugin says, report the first. */
-		if (status != 0 && !call->failed) {
-			plugin_error(&call->err, n->mapped ? "portmap DEL" :
-			    "bridge DEL", status, out, errtext);
-			call->failed = 1;
-		}
-		if (n->mapped) {
-			n->mapped = 0;
-			run_plugin(call, "bridge", "DEL");
-			return;
-		}
-		n->added = 0;
-		if (n->ns_fd >= 0)
-			close(n->ns_fd);
-		set_ns(n, -1);
-		call_end(call, call->failed ? &call->err : NULL);
-		return;
-	}
 	if (status != 0) {
-		plugin_error(&e, n->added ? "portmap ADD" : "bridge ADD", status,
+		plugin_error(&e, call->del ? "bridge DEL" : "bridge ADD", status,
 		    out, errtext);
 		call_end(call, &e);
 		return;
 	}
-	if (!n->added) {
-		json_t *res = json_loads(out, 0, NULL);
-		const char *addr = json_string_value(json_object_get(
-		    json_array_get(json_object_get(res, "ips"), 0), "address"));
-
-		n->added = 1;
-		if (addr == NULL) {
-			error_set(&e, 500, "CNI bridge ADD answered no address");
-			json_decref(res);
-			call_end(call, &e);
-			return;
-		}
-		n->result = res;
-		n->ip = xstrndup(addr, strcspn(addr, "/"));
-		/* Here the sandbox's veth, address and namespace are known
-		 * and it is not running yet: where egress rules attach. */
-		if (n->host_port > 0) {
-			run_plugin(call, "portmap", "ADD");
-			return;
-		}
-	} else {
-		n->mapped = 1;
+	if (call->del) {
+		n->added = 0;
+		if (n->ns_fd >= 0)
+			close(n->ns_fd);
+		set_ns(n, -1);
+		call_end(call, NULL);
+		return;
 	}
+	n->added = 1;
+	res = json_loads(out, 0, NULL);
+	addr = json_string_value(json_object_get(json_array_get(
+	    json_object_get(res, "ips"), 0), "address"));
+	if (addr == NULL) {
+		error_set(&e, 500, "CNI bridge ADD answered no address");
+		json_decref(res);
+		call_end(call, &e);
+		return;
+	}
+	n->result = res;
+	n->ip = xstrndup(addr, strcspn(addr, "/"));
+	/* Here the sandbox's veth, address and namespace are known and it
+	 * is not handed out yet: where egress rules attach. */
 	call_end(call, NULL);
+}
+
+/* The bridge's NAT and forwarding rules, made once per sandboxd, with
+ * the subnet and bridge as the script's arguments (never in its text). */
+static const char rules[] =
+    "s=$1 b=$2\n"
+    "iptables -w -t nat -C POSTROUTING -s \"$s\" ! -o \"$b\" -j MASQUERADE "
+    "2>/dev/null || iptables -w -t nat -A POSTROUTING -s \"$s\" ! -o \"$b\" "
+    "-j MASQUERADE || exit\n"
+    "iptables -w -C FORWARD -i \"$b\" -j ACCEPT 2>/dev/null || "
+    "iptables -w -I FORWARD -i \"$b\" -j ACCEPT || exit\n"
+    "iptables -w -C FORWARD -o \"$b\" -m conntrack --ctstate "
+    "RELATED,ESTABLISHED -j ACCEPT 2>/dev/null || iptables -w -I FORWARD "
+    "-o \"$b\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n";
+
+static struct {
+	int made;
+	int making;
+	TAILQ_HEAD(, call) waiting;
+} nat = { 0, 0, TAILQ_HEAD_INITIALIZER(nat.waiting) };
+
+static void
+rules_done_cb(int status, const char *out, const char *errtext,
+    const struct error *fail, void *arg)
+{
+	struct call *call;
+	struct error e;
+
+	(void)out;
+	(void)arg;
+	nat.making = 0;
+	nat.made = fail == NULL && status == 0;
+	if (!nat.made && fail == NULL)
+		error_set(&e, 500, "crun: cannot make the bridge's NAT and "
+		    "forwarding rules (iptables): %.300s", errtext);
+	while ((call = TAILQ_FIRST(&nat.waiting)) != NULL) {
+		TAILQ_REMOVE(&nat.waiting, call, entry);
+		if (nat.made)
+			run_plugin(call, "ADD");
+		else
+			call_end(call, fail != NULL ? fail : &e);
+	}
 }
 
 void
 crun_net_attach(struct crun_jobs *q, const struct crun_net_config *cfg,
-    struct crun_net *n, const char *host_ip, int host_port, int port,
-    crun_net_done_cb done, void *arg)
+    struct crun_net *n, crun_net_done_cb done, void *arg)
 {
 	struct call *call = xcalloc(1, sizeof *call);
+	const char *argv[] = { "/bin/sh", "-c", rules, "sh", cfg->subnet,
+	    cfg->bridge, NULL };
+	const char *envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:"
+	    "/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+	struct crun_job_spec spec = { 0 };
 
 	call->q = q;
 	call->cfg = cfg;
 	call->n = n;
 	call->done = done;
 	call->arg = arg;
-	free(n->host_ip);
-	n->host_ip = host_ip != NULL ? xstrdup(host_ip) : NULL;
-	n->host_port = host_port;
-	n->port = port;
-	run_plugin(call, "bridge", "ADD");
+	if (nat.made) {
+		run_plugin(call, "ADD");
+		return;
+	}
+	TAILQ_INSERT_TAIL(&nat.waiting, call, entry);
+	if (nat.making)
+		return;
+	nat.making = 1;
+	spec.argv = argv;
+	spec.envp = envp;
+	spec.out_fd = -1;
+	spec.urgent = 1;
+	crun_jobs_run(q, &spec, rules_done_cb, NULL);
 }
 
 void
@@ -358,8 +372,5 @@ crun_net_down(struct crun_jobs *q, const struct crun_net_config *cfg,
 	call->del = 1;
 	call->done = done;
 	call->arg = arg;
-	if (n->mapped)
-		run_plugin(call, "portmap", "DEL");
-	else
-		run_plugin(call, "bridge", "DEL");
+	run_plugin(call, "DEL");
 }

@@ -22,7 +22,6 @@
 #include "log.h"
 #include "xmalloc.h"
 
-#define AGENT_PORT 8000
 #define CGROUP_PARENT "/sandboxd"
 
 /* In the child that becomes crun run, before exec: a mount namespace of
@@ -46,6 +45,31 @@ run_setup(void *arg)
 	    op->mount_data_plain);
 }
 
+/* A part of a (re)start is over (crun run, the network beside it): when
+ * both are, its port is published and what a restart needs saved. */
+static void
+part_done(struct crun_op *op)
+{
+	struct crun_box *box = op->box;
+	struct error e;
+	int fd;
+
+	if (--op->pending > 0)
+		return;
+	if (!op->failed && box->host_port > 0 && box->publish == NULL &&
+	    (box->publish = crun_publish_new(op->c->base, box->host_ip,
+	    box->host_port, box->agent_addr, &e)) == NULL)
+		crun_op_part_failed(op, &e);
+	if (!op->failed && (fd = open(box->bundle, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) >= 0) {
+		if (crun_box_save(box, fd, &e) < 0)
+			log_warn("%s", e.msg);
+		close(fd);
+	}
+	crun_op_idle(op->c, box);
+	crun_op_finish(op);
+}
+
 static void
 ran_cb(int status, const char *out, const char *errtext,
     const struct error *fail_, void *arg)
@@ -59,11 +83,12 @@ ran_cb(int status, const char *out, const char *errtext,
 	int fd;
 
 	(void)out;
-	if (fail_ != NULL || status != 0)
+	if (crun_op_job_failed(op, op->kind == CRUN_OP_CREATE ? "run" :
+	    "run (start)", status, errtext, fail_) < 0) {
 		box->state = BACKEND_DEAD;
-	if (crun_op_job_done(op, op->kind == CRUN_OP_CREATE ? "run" :
-	    "run (start)", status, errtext, fail_) < 0)
+		part_done(op);
 		return;
+	}
 	snprintf(path, sizeof path, "%s/pid", box->bundle);
 	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
 		n = read(fd, buf, sizeof buf - 1);
@@ -73,21 +98,14 @@ ran_cb(int status, const char *out, const char *errtext,
 		buf[n] = '\0';
 		pid = (pid_t)strtol(buf, NULL, 10);
 	}
-	if (pid <= 0) {
-		error_set(&op->err, 500, "crun run left no pid of the sandbox");
-		op->failed = 1;
-		box->state = BACKEND_DEAD;
-	} else {
+	if (pid > 0) {
 		crun_box_watch(box, pid);
-		if ((fd = open(box->bundle, O_RDONLY | O_DIRECTORY |
-		    O_CLOEXEC)) >= 0) {
-			if (crun_box_save(box, fd, &e) < 0)
-				log_warn("%s", e.msg);
-			close(fd);
-		}
+	} else {
+		error_set(&e, 500, "crun run left no pid of the sandbox");
+		crun_op_part_failed(op, &e);
+		box->state = BACKEND_DEAD;
 	}
-	crun_op_idle(op->c, box);
-	crun_op_finish(op);
+	part_done(op);
 }
 
 static void
@@ -116,11 +134,12 @@ run_crun(struct crun_op *op)
 	out = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
 	    0600);
 	if (out < 0) {
-		error_set_errno(&op->err, 500, errno, "crun: cannot open the "
+		struct error e;
+
+		error_set_errno(&e, 500, errno, "crun: cannot open the "
 		    "sandbox's log");
-		op->failed = 1;
-		crun_op_idle(op->c, box);
-		crun_op_finish(op);
+		crun_op_part_failed(op, &e);
+		part_done(op);
 		return;
 	}
 	op->rootfs = xasprintf("%s/rootfs", box->bundle);
@@ -138,34 +157,45 @@ write_etc(struct crun_op *op)
 	struct crun_box *box = op->box;
 	int fd = open(box->bundle, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
 
+	struct error e;
+
 	if (fd < 0) {
-		error_set_errno(&op->err, 500, errno, "crun: the sandbox's "
-		    "directory");
-		op->failed = 1;
+		error_set_errno(&e, 500, errno, "crun: the sandbox's directory");
+		crun_op_part_failed(op, &e);
 		return -1;
 	}
 	rc = crun_config_write_etc(fd, box->name, box->net != NULL ?
-	    crun_net_ip(box->net) : NULL, &op->err);
+	    crun_net_ip(box->net) : NULL, &e);
 	close(fd);
 	if (rc < 0)
-		op->failed = 1;
+		crun_op_part_failed(op, &e);
 	return rc;
 }
 
+/* The network is on: /etc/hosts gets the sandbox's address (the file
+ * crun bound in, rewritten in place). */
 static void
 attached_cb(const struct error *err, void *arg)
 {
 	struct crun_op *op = arg;
 
-	if (err != NULL) {
-		op->err = *err;
-		op->failed = 1;
-	}
-	if (op->failed || write_etc(op) < 0) {
-		crun_op_idle(op->c, op->box);
-		crun_op_finish(op);
-		return;
-	}
+	if (err != NULL)
+		crun_op_part_failed(op, err);
+	else if (!op->failed)
+		write_etc(op);
+	part_done(op);
+}
+
+/* crun run, and beside it the network's CNI ADD (the sandbox joins its
+ * namespace at once; its agent needs no network to start): the create
+ * answers when both have. */
+static void
+run_parts(struct crun_op *op)
+{
+	op->pending = op->box->net != NULL ? 2 : 1;
+	if (op->box->net != NULL)
+		crun_net_attach(op->c->jobs, &op->c->net, op->box->net,
+		    attached_cb, op);
 	run_crun(op);
 }
 
@@ -275,20 +305,14 @@ crun_create(struct backend *b, const struct backend_spec *spec,
 		return;
 	}
 	json_decref(config);
-	if (box->net != NULL) {
-		box->host_port = spec->host_port;
-		box->host_ip = spec->host_ip != NULL ? xstrdup(spec->host_ip) :
-		    NULL;
-		crun_net_attach(c->jobs, &c->net, box->net, spec->host_ip,
-		    spec->host_port, AGENT_PORT, attached_cb, op);
-		return;
-	}
+	box->host_port = spec->host_port;
+	box->host_ip = spec->host_ip != NULL ? xstrdup(spec->host_ip) : NULL;
 	if (write_etc(op) < 0) {
 		crun_op_idle(c, box);
 		crun_op_defer(op);
 		return;
 	}
-	run_crun(op);
+	run_parts(op);
 }
 
 /* start: crun keeps a stopped sandbox's state; it goes, and the sandbox
@@ -327,8 +351,12 @@ restart_net_cb(const struct error *err, void *arg)
 		return;
 	}
 	json_decref(config);
-	crun_net_attach(op->c->jobs, &op->c->net, box->net, box->host_ip,
-	    box->host_port, AGENT_PORT, attached_cb, op);
+	if (write_etc(op) < 0) {
+		crun_op_idle(op->c, box);
+		crun_op_finish(op);
+		return;
+	}
+	run_parts(op);
 }
 
 static void
@@ -350,7 +378,7 @@ cleared_cb(int status, const char *out, const char *errtext,
 		crun_op_finish(op);
 		return;
 	}
-	run_crun(op);
+	run_parts(op);
 }
 
 struct crun_box *

@@ -251,6 +251,22 @@ remove_finish(struct crun_op *op)
 	crun_op_finish(op);
 }
 
+/* Removing has two parts at once for a bridge sandbox (crun delete and
+ * the network's CNI DEL: sandboxd holds its namespace, the plugin needs
+ * no process in it): the directory goes when both are done. */
+static void
+remove_part_done(struct crun_op *op)
+{
+	if (--op->pending > 0)
+		return;
+	if (op->failed) {
+		crun_op_idle(op->c, op->box);
+		crun_op_finish(op);
+		return;
+	}
+	remove_finish(op);
+}
+
 static void
 net_removed_cb(const struct error *err, void *arg)
 {
@@ -258,7 +274,7 @@ net_removed_cb(const struct error *err, void *arg)
 
 	if (err != NULL)
 		log_warn("sandbox %s: %s", op->id, err->msg);
-	remove_finish(op);
+	remove_part_done(op);
 }
 
 static void
@@ -269,20 +285,14 @@ deleted_cb(int status, const char *out, const char *errtext,
 	struct crun *c = op->c;
 	struct stat st;
 	char *state;
-	int gone;
 
 	(void)out;
 	state = xasprintf("%s/%s", c->root, op->box->name);
 	/* No state of crun's: never ran, or gone already; that is fine. */
-	gone = lstat(state, &st) < 0 && errno == ENOENT;
+	if (lstat(state, &st) == 0 || errno != ENOENT)
+		crun_op_job_failed(op, "delete", status, errtext, fail_);
 	free(state);
-	if (!gone && crun_op_job_done(op, "delete", status, errtext, fail_) < 0)
-		return;
-	if (op->box->net != NULL) {
-		crun_net_down(c->jobs, &c->net, op->box->net, net_removed_cb, op);
-		return;
-	}
-	remove_finish(op);
+	remove_part_done(op);
 }
 
 static void
@@ -325,6 +335,14 @@ crun_op_remove_begin(struct crun_op *op)
 	struct timeval tv = { KILL_WAIT_SECONDS, 0 };
 
 	box->busy = 1;
+	op->pending = 1;
+	if (box->net != NULL) {
+		op->pending++;
+		crun_net_down(op->c->jobs, &op->c->net, box->net,
+		    net_removed_cb, op);
+	}
+	crun_publish_free(box->publish);
+	box->publish = NULL;
 	if (box->state != BACKEND_RUNNING || box->pidfd < 0 ||
 	    pidfd_send_signal(box->pidfd, SIGKILL, NULL, 0) < 0) {
 		delete_now(op);

@@ -1,6 +1,9 @@
 """Bridge sandboxes: a host port from PORT_RANGE on 127.0.0.1 only, never
 handed out twice even under concurrent creates, given back on release; an
-exhausted range is a clear 503 with nothing half-made."""
+exhausted range is a clear 503 with nothing half-made; the port answers
+again after a stop and start and after sandboxd restarted, and not after
+the release."""
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -81,3 +84,37 @@ def test_network_none_publishes_nothing(bridged):
         assert c["HostConfig"]["NetworkMode"] == "none"
         assert not c["HostConfig"]["PortBindings"]
     assert s.metrics()["sandboxd_ports_in_use"] == 0
+
+
+def direct(m, command):
+    """A shell command through the sandbox's url, as the SDK calls it."""
+    r = requests.post(m["url"] + "/fastapi/tools/run_shell_command",
+                      json={"command": command}, timeout=60,
+                      headers={"Authorization": f"Bearer {m['runtime_token']}"})
+    assert r.status_code == 200, r.text
+    return r.json()["content"][0]["text"]
+
+
+def test_the_published_port_outlives_a_stop_and_a_restart(start_sandboxd,
+                                                          scratch):
+    types = write_types(scratch(), {"net": {"from": "minimal",
+                                            "network": "bridge"}})
+    s = start_sandboxd(env={"PORT_RANGE": f"{LO},{HI}",
+                            "AUTO_CLEANUP": "false"},
+                       args=["--types", types])
+    m = s.post("/v1/sandboxes", {"type": "net"}).json()
+    # Large enough to go through more than one read on each side.
+    assert len(direct(m, "head -c 300000 /dev/zero | tr '\\0' x")) == 300000
+    name = m["container_name"]
+    assert s.rpc("stop", identity=name) is True
+    assert s.rpc("start", identity=name) is True
+    assert direct(m, "echo again") == "again\n"
+    s.signal(signal.SIGTERM)
+    assert s.wait_exit() == 0
+    s.start()
+    wait_until(lambda: s.rpc("get_info", identity=name)["state"] == "running",
+               60, what="taken back", logs=[s])
+    assert direct(m, "echo back") == "back\n"
+    assert s.rpc("release", identity=name) is True
+    with pytest.raises(requests.ConnectionError):
+        requests.get(m["url"] + "/fastapi/healthz", timeout=10)
