@@ -329,8 +329,7 @@ int crun_op_job_done(struct crun_op *op, const char *what, int status,
 int crun_op_job_failed(struct crun_op *op, const char *what, int status,
     const char *errtext, const struct error *fail);
 void crun_op_part_failed(struct crun_op *op, const struct error *err);
-/* Remove the trash's entry name: at once when small, else by rm off the
- * answer's path. */
+/* Remove the trash's entry name, off the loop (sandboxd_rmtree). */
 void crun_op_trash(struct crun *c, const char *name);
 
 void crun_create(struct backend *b, const struct backend_spec *spec,

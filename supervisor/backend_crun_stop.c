@@ -200,7 +200,7 @@ crun_resume(struct backend *b, const char *id, backend_done_cb done,
 /* ---- remove --------------------------------------------------------- */
 
 static void
-trashed_cb(int status, const char *out, const char *errtext,
+rm_done_cb(int status, const char *out, const char *errtext,
     const struct error *fail_, void *arg)
 {
 	(void)out;
@@ -210,27 +210,37 @@ trashed_cb(int status, const char *out, const char *errtext,
 	free(arg);
 }
 
+static void
+trashed_cb(const char *path, int error, void *arg)
+{
+	struct crun *c = arg;
+	const char *argv[] = { "/bin/rm", "-rf", "--one-file-system", "--",
+	    path, NULL };
+	struct crun_job_spec spec = { 0 };
+
+	if (error == 0)
+		return;
+	if (error != E2BIG) {
+		log_warn("crun: cannot remove %s: %s", path, strerror(error));
+		return;
+	}
+	/* Deeper than the worker goes (the sandbox's files): rm. */
+	spec.argv = argv;
+	spec.out_fd = -1;
+	crun_jobs_run(c->trash_jobs, &spec, rm_done_cb, xstrdup(path));
+}
+
 void
 crun_op_trash(struct crun *c, const char *name)
 {
-	char *path;
-	const char *argv[] = { "/bin/rm", "-rf", "--one-file-system", "--",
-	    NULL, NULL };
-	struct crun_job_spec spec = { 0 };
+	char *path = xasprintf("%s/%s", c->trash, name);
 
-	if (sandboxd_rmtree_small(c->trash_fd, name, SANDBOXD_RMTREE_BUDGET) ==
-	    0)
-		return;
-	/* A big or deep tree (the sandbox's files): rm takes it. */
-	path = xasprintf("%s/%s", c->trash, name);
-	argv[4] = path;
-	spec.argv = argv;
-	spec.out_fd = -1;
-	crun_jobs_run(c->trash_jobs, &spec, trashed_cb, path);
+	sandboxd_rmtree(c->base, path, trashed_cb, c);
+	free(path);
 }
 
-/* The bundle into the trash, removed from there: at once when small,
- * else by rm off the answer's path. */
+/* The bundle into the trash, removed from there off the loop and off
+ * the answer's path. */
 static void
 remove_finish(struct crun_op *op)
 {

@@ -444,6 +444,8 @@ teardown(void)
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);
+	/* Removals under way end first: their callbacks use the backend. */
+	sandboxd_rmtree_free();
 	sd.backend->ops->free(sd.backend);
 	ports_free(sd.ports);
 	metrics_free();

@@ -412,11 +412,16 @@ size_t lifecycle_busy(void);
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
 
-/* rmtree.c: rm -rf of dirfd/name in the process, for a tree of at most
- * budget entries and 16 levels, following no name; -1 with errno (E2BIG:
- * a bigger tree) with what was removed gone, for rm to finish. */
-#define SANDBOXD_RMTREE_BUDGET 256
-int sandboxd_rmtree_small(int dirfd, const char *name, size_t budget);
+/* rmtree.c: rm -rf of path, following no name, on a worker thread:
+ * done(path, 0 or an errno, arg) then runs on the loop; E2BIG: a tree
+ * deeper than it takes, what is left of it for rm to finish. */
+typedef void (*sandboxd_rmtree_cb)(const char *path, int error, void *arg);
+void sandboxd_rmtree(struct event_base *base, const char *path,
+    sandboxd_rmtree_cb done, void *arg);
+/* The same here and now (-1 with errno). */
+int sandboxd_rmtree_now(const char *path);
+/* After the loop ended: waits for the removals under way. */
+void sandboxd_rmtree_free(void);
 
 /* workspace.c */
 

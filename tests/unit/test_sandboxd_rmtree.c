@@ -1,7 +1,8 @@
 /*
- * sandboxd_rmtree_small on real directories: a small tree goes, a link to
- * something outside is removed, never followed; a tree bigger or deeper
- * than allowed is refused with E2BIG, partly removed, rm's to finish.
+ * sandboxd_rmtree on real directories: a tree goes, off the loop, its
+ * callback on the loop; a link to something outside is removed, never
+ * followed, nor is the name itself; a tree deeper than it goes is told
+ * back with E2BIG, rm's to finish.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <event2/event.h>
 
 #include "sandboxd.h"
 
@@ -43,7 +46,7 @@ exists(const char *path)
 static char *
 at(const char *rel)
 {
-	static char buf[4][512];
+	static char buf[4][1024];
 	static int n;
 
 	n = (n + 1) % 4;
@@ -81,30 +84,54 @@ test_a_small_tree_goes_and_links_are_not_followed(void **state)
 	make_file(at("t/g"));
 	assert_int_equal(symlink(at("outside"), at("t/link")), 0);
 	assert_int_equal(symlink(at("outside"), at("t/a/dirlink")), 0);
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("t"), 256), 0);
+	assert_int_equal(sandboxd_rmtree_now(at("t")), 0);
 	assert_false(exists(at("t")));
 	assert_true(exists(at("outside/keep")));
 	/* Gone already: nothing to do. */
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("t"), 256), 0);
+	assert_int_equal(sandboxd_rmtree_now(at("t")), 0);
+}
+
+struct told {
+	int done;
+	int error;
+};
+
+static void
+removed_cb(const char *path, int error, void *arg)
+{
+	struct told *t = arg;
+
+	(void)path;
+	t->done = 1;
+	t->error = error;
 }
 
 static void
-test_a_big_tree_is_left_to_rm(void **state)
+test_removal_off_the_loop(void **state)
 {
+	struct event_base *base = event_base_new();
+	struct timeval tick = { 0, 10 * 1000 };
+	struct told t = { 0, -1 };
 	char name[64];
 
 	(void)state;
 	assert_int_equal(mkdir(at("big"), 0700), 0);
-	for (int i = 0; i < 20; i++) {
+	for (int i = 0; i < 300; i++) {
 		snprintf(name, sizeof name, "big/f%d", i);
 		make_file(at(name));
 	}
-	errno = 0;
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("big"), 5), -1);
-	assert_int_equal(errno, E2BIG);
-	assert_true(exists(at("big")));
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("big"), 256), 0);
+	sandboxd_rmtree(base, at("big"), removed_cb, &t);
+	/* Never from inside the call. */
+	assert_int_equal(t.done, 0);
+	for (int i = 0; i < 3000 && !t.done; i++) {
+		event_base_loopexit(base, &tick);
+		event_base_dispatch(base);
+	}
+	assert_int_equal(t.done, 1);
+	assert_int_equal(t.error, 0);
 	assert_false(exists(at("big")));
+	sandboxd_rmtree_free();
+	event_base_free(base);
 }
 
 static void
@@ -114,12 +141,12 @@ test_a_deep_tree_is_left_to_rm(void **state)
 
 	(void)state;
 	assert_int_equal(mkdir(at(path), 0700), 0);
-	for (int i = 0; i < 20; i++) {
+	for (int i = 0; i < 70; i++) {
 		strcat(path, "/d");
 		assert_int_equal(mkdir(at(path), 0700), 0);
 	}
 	errno = 0;
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("deep"), 256), -1);
+	assert_int_equal(sandboxd_rmtree_now(at("deep")), -1);
 	assert_int_equal(errno, E2BIG);
 }
 
@@ -130,7 +157,7 @@ test_the_name_itself_is_not_followed(void **state)
 	assert_int_equal(mkdir(at("target"), 0700), 0);
 	make_file(at("target/keep"));
 	assert_int_equal(symlink(at("target"), at("alias")), 0);
-	assert_int_equal(sandboxd_rmtree_small(AT_FDCWD, at("alias"), 256), -1);
+	assert_int_equal(sandboxd_rmtree_now(at("alias")), -1);
 	assert_true(exists(at("target/keep")));
 }
 
@@ -139,7 +166,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_small_tree_goes_and_links_are_not_followed),
-		cmocka_unit_test(test_a_big_tree_is_left_to_rm),
+		cmocka_unit_test(test_removal_off_the_loop),
 		cmocka_unit_test(test_a_deep_tree_is_left_to_rm),
 		cmocka_unit_test(test_the_name_itself_is_not_followed),
 	};

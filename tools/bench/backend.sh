@@ -5,7 +5,8 @@
 #   cold create through sandboxd to a healthy agent, and removal, of a
 #   minimal and a base sandbox (network none) and of a bridge type (the
 #   agent's port published), BENCH_BACKEND_CYCLES (20) of each, the two
-#   sandboxd taking turns so that the machine's load weighs on both alike;
+#   sandboxd taking turns in blocks of five so that the machine's load
+#   weighs on both alike (tools/bench/backend_bench.py);
 #   BENCH_BACKEND_N (1000) minimal sandboxes made by 16 callers and all
 #   removed by SIGTERM (tools/scale.py), none left; host memory per idle
 #   minimal sandbox. Docker's many-sandbox run takes BENCH_BACKEND_DOCKER_N
@@ -58,7 +59,7 @@ backend_rows() {
 # backend_scale BACKEND N: tools/scale.py's line (its progress to the log).
 backend_scale() {
 	/usr/bin/python3 tools/scale.py run "$2" --backend "$1" --marks "" \
-		--no-calls --no-health --check --prefix "sbxbench-$1-" \
+		--no-calls --no-health --prefix "sbxbench-$1-" \
 		2>>"$TMP/backend-scale.log"
 }
 
