@@ -35,7 +35,12 @@ MCP_SRC := $(sort $(wildcard mcp/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
-AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
+# The shell template's builtin, a shared object for bash (agent/bash/),
+# carried by the agent as an object like the embedded files.
+SHELL_TEMPLATE_SO := $(BUILD)/agent/bash/shell_template.so
+SHELL_TEMPLATE_OBJ := $(BUILD)/agent/bash/shell_template_so.o
+AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o) \
+	$(SHELL_TEMPLATE_OBJ)
 SUPERVISOR_OBJ := $(SUPERVISOR_SRC:%.c=$(BUILD)/%.o)
 MCP_OBJ := $(MCP_SRC:%.c=$(BUILD)/%.o)
 
@@ -43,10 +48,10 @@ LIBGIT2 := $(DEPS)/lib/libgit2.a
 LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
-SUPERVISOR_LIBS := -lhttp_parser -levent_core -ljansson -lhiredis -lcurl \
-	-lexpat -lnettle -lseccomp
-UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -ljansson -lhiredis -lnettle \
-	-lseccomp
+SUPERVISOR_LIBS := -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lcurl -lexpat -lnettle -lnftables -lseccomp -lpthread
+UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
+	-lnettle -lnftables -lseccomp -lpthread
 
 .PHONY: all deps install test test-scale unit unit-asan integration integration-crun \
 	integration-asan images run \
@@ -81,6 +86,26 @@ $(BUILD)/%.o: %.c
 $(BUILD)/agent/embed/%.o: agent/embed/%
 	@mkdir -p $(dir $@)
 	cd agent/embed && ld -r -b binary -z noexecstack -o $(CURDIR)/$@ $*
+
+# Built against Debian's bash-builtins headers (the images' bash: bookworm's
+# 5.2), position-independent, every symbol bound at load (the template's
+# keepers run it in bash's memory from the first request on: no lazy
+# binding then), only bash's two entry points exported.
+BASH_INC := -isystem /usr/include/bash -isystem /usr/include/bash/include \
+	-isystem /usr/include/bash/builtins
+$(SHELL_TEMPLATE_SO): agent/bash/shell_template_bash.c common/spawn_child.c \
+    common/fdio.c common/fdio.h common/spawn_internal.h common/spawn.h \
+    common/error.h agent/shell_template_wire.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -D_GNU_SOURCE -U_FORTIFY_SOURCE -O2 -g -fPIC -shared \
+		-fvisibility=hidden -Icommon $(BASH_INC) -Wl,-z,now \
+		-Wl,-z,noexecstack -o $@ agent/bash/shell_template_bash.c \
+		common/spawn_child.c common/fdio.c
+	strip $@
+
+$(SHELL_TEMPLATE_OBJ): $(SHELL_TEMPLATE_SO)
+	cd $(dir $@) && ld -r -b binary -z noexecstack -o $(CURDIR)/$@ \
+		$(notdir $<)
 
 # glibc warns that getaddrinfo & co. need its shared NSS modules at run time;
 # the agent resolves no names, so that warning is filtered out, nothing else.
@@ -186,7 +211,8 @@ integration-crun: all
 # Tests that measure the agent's memory are left out: ASan's shadow and
 # quarantine would swamp what they measure.
 AGENT_ASAN := $(BUILD)/asan-agent/sandbox-agent
-AGENT_ASAN_OBJ := $(AGENT_SRC:%.c=$(BUILD)/asan/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o)
+AGENT_ASAN_OBJ := $(AGENT_SRC:%.c=$(BUILD)/asan/%.o) $(AGENT_EMBED:%=$(BUILD)/%.o) \
+	$(SHELL_TEMPLATE_OBJ)
 .SECONDARY: $(AGENT_ASAN_OBJ)
 
 $(AGENT_ASAN): $(AGENT_ASAN_OBJ) $(COMMON_ASAN_OBJ) $(LIBGIT2) $(LIBVNCCLIENT)
@@ -270,7 +296,8 @@ $(BUILD)/fuzz/obj/%.o: %.c
 		-MMD -MP -c $< -o $@
 
 # The agent's modules but main.c, for the targets that serve its routes.
-$(FUZZ_AGENT_LIB): $(FUZZ_AGENT_OBJ) $(AGENT_EMBED:%=$(BUILD)/%.o)
+$(FUZZ_AGENT_LIB): $(FUZZ_AGENT_OBJ) $(AGENT_EMBED:%=$(BUILD)/%.o) \
+    $(SHELL_TEMPLATE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 

@@ -53,7 +53,7 @@ struct agent_config {
 	int prewarm_context;		/* the code interpreter's default */
 	long max_contexts;		/* code interpreter contexts at once */
 	long max_connections;		/* 0: the HTTP server's default */
-	long shell_spares;		/* shells kept started for commands */
+	int shell_template;		/* fork commands from one bash */
 	double header_timeout;		/* seconds for a whole request head */
 	size_t body_min_rate;		/* bytes/s of a body; 0: no minimum */
 	double body_rate_window;	/* seconds the rate is averaged over */
@@ -105,20 +105,20 @@ void run_as_files(const struct agent *agent);
 /* shell.c */
 void shell_route_run(struct http_request *req, void *arg);
 
-/* shell_spare.c: shells started ahead of their commands. init starts
- * --shell-spares of them; take hands one the command (as bash -c would
- * run it) and the caller's callbacks, caps and timeout, or answers NULL
- * when none is ready and unspoilt (the caller then starts one itself:
- * see there for spoilt); stop ends
- * them (shutdown). exec_options: how every command's shell is executed
- * (an execute-only copy under --run-as, see there). */
+/* Close what the plain path keeps (shutdown). */
+void shell_stop(void);
+
+/* shell_template.c: commands forked from one bash started once. init
+ * starts it (--shell-template); run starts command (len bytes) there, as
+ * bash -c would run it, with the caller's callbacks, caps and timeout,
+ * or answers NULL when the template cannot take it now (the caller then
+ * starts a bash -c itself); stop ends it (shutdown). */
 struct spawn_callbacks;
-void shell_spares_init(struct agent *agent);
-struct spawn *shell_spare_take(const char *command, size_t len,
-    int too_long_for_argv, const struct spawn_callbacks *cb, void *arg,
-    const size_t cap[3], double timeout);
-void shell_spares_stop(void);
-void shell_exec_options(struct spawn_options *opts);
+void shell_template_init(struct agent *agent);
+struct spawn *shell_template_run(const char *command, size_t len,
+    const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
+    double timeout);
+void shell_template_stop(void);
 
 /* gitops.c: the /watcher routes. gitops_routes_init runs once at start,
  * after the event loop exists; the repository itself is opened (and

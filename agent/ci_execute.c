@@ -16,7 +16,8 @@
  *   {"type": "keepalive"}                                every 5 s
  *   {"type": "end_of_execution"}                         last
  *
- * env_vars are in the kernel's environment while the cell runs. There is
+ * env_vars are in the kernel's environment while the cell runs, over the
+ * sandbox's own (E2B's envVars, from envd's /init). There is
  * no timeout here (the SDK has its own and goes away); a client that goes
  * away gets its cell interrupted (KeyboardInterrupt, state kept), and the
  * kernel restarted if it does not stop within 2 s.
@@ -30,6 +31,7 @@
  */
 #include "agent.h"
 #include "ci.h"
+#include "envd.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -350,7 +352,7 @@ ci_route_execute(struct http_request *req, void *arg)
 	const char *id, *language, *code;
 	struct ci_context *ctx;
 	struct ci_run *run;
-	json_t *body, *env = NULL;
+	json_t *body, *env = NULL, *vars = envd_init_vars();
 
 	if ((body = http_request_json(req, &err)) == NULL ||
 	    json_get_string(body, "code", 1, &code, &err) < 0 ||
@@ -371,12 +373,24 @@ ci_route_execute(struct http_request *req, void *arg)
 	}
 	if (id == NULL && (ctx = ci_context_default(agent->ci, &err)) == NULL)
 		goto fail;
+	/* The sandbox's variables are in every run, as in every process of
+	 * envd's (the reference server reads /envs into each context); the
+	 * run's own win. */
+	if (vars != NULL && json_object_size(vars) > 0) {
+		vars = json_deep_copy(vars);
+		if (env != NULL)
+			json_object_update(vars, env);
+		env = vars;
+	} else {
+		vars = NULL;
+	}
 	run = xcalloc(1, sizeof *run);
 	run->req = req;
 	run->cap = agent->cfg.output_cap > 0 ? agent->cfg.output_cap :
 	    SIZE_MAX;
 	run->cell = kernel_run_streamed(ctx->k, json_object_get(body, "code"),
 	    env, &callbacks, run, &err);
+	json_decref(vars);
 	if (run->cell == NULL) {
 		free(run);
 		goto fail;

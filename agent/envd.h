@@ -82,6 +82,9 @@ char *envd_path_resolve(const struct envd_user *u, const char *path,
 char **envd_env_build(struct agent *agent, const struct envd_user *u,
     json_t *envs, struct error *err);
 void envd_env_free(char **env);
+/* The sandbox's variables /init set (E2B's envVars), borrowed; NULL
+ * before any: the code interpreter's runs get them too (ci_execute.c). */
+json_t *envd_init_vars(void);
 void envd_route_health(struct http_request *req, void *arg);
 void envd_route_envs(struct http_request *req, void *arg);
 void envd_route_init(struct http_request *req, void *arg);

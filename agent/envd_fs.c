@@ -18,6 +18,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "fdio.h"
 #include "log.h"
 #include "spawn.h"
 #include "xmalloc.h"
@@ -418,22 +419,9 @@ helper_start(uid_t uid, gid_t gid, struct error *err)
 ssize_t
 envd_fs_send(int sock, const char *data, size_t len, int fd, int flags)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
 	struct iovec iov = { (void *)data, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
 
-	if (fd >= 0) {
-		memset(cbuf, 0, sizeof cbuf);
-		mh.msg_control = cbuf;
-		mh.msg_controllen = sizeof cbuf;
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	return sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
+	return fdio_send_fds(sock, &iov, 1, &fd, fd >= 0, flags);
 }
 
 /* An idle helper's socket has room for a frame: a request is the only

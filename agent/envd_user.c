@@ -311,6 +311,12 @@ envd_env_build(struct agent *agent, const struct envd_user *u, json_t *envs,
 	return env;
 }
 
+json_t *
+envd_init_vars(void)
+{
+	return init_state.vars;
+}
+
 void
 envd_env_free(char **env)
 {

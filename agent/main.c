@@ -89,10 +89,9 @@ static const struct config_option options[] = {
 	    &agent.cfg.max_contexts, "N", "code interpreter contexts (each a "
 	    "Python kernel) at once, the default one included (default 16, "
 	    "1 to 256)" },
-	{ "--shell-spares", "AGENT_SHELL_SPARES", CONFIG_INT,
-	    &agent.cfg.shell_spares, "N", "bash shells kept started, each "
-	    "waiting for one command, so that a command need not wait for "
-	    "one to start (default 2, at most 8; 0: none)" },
+	{ "--shell-template", "AGENT_SHELL_TEMPLATE", CONFIG_BOOL,
+	    &agent.cfg.shell_template, "BOOL", "fork each shell command from "
+	    "one bash started once, not start a bash for it (default true)" },
 	{ "--log-level", "AGENT_LOG_LEVEL", CONFIG_STRING, &agent.cfg.log_level,
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
@@ -175,7 +174,7 @@ shutdown_cb(evutil_socket_t sig, short what, void *arg)
 	/* Commands run in their own groups, so they would not see our
 	 * signal; as PID 1 we are the last to tell them. */
 	desktop_shutdown(&agent);
-	shell_spares_stop();
+	shell_template_stop();
 	spawn_kill_all(SIGTERM);
 	if (spawn_running() == 0) {
 		shutdown_finish();
@@ -349,7 +348,7 @@ setup(int argc, char **argv)
 	agent.cfg.output_cap = 16 * 1024 * 1024;
 	agent.cfg.max_body = 32 * 1024 * 1024;
 	agent.cfg.default_timeout = 300;
-	agent.cfg.shell_spares = 2;
+	agent.cfg.shell_template = 1;
 	agent.cfg.max_contexts = 16;
 	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
 	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
@@ -396,11 +395,6 @@ setup(int argc, char **argv)
 	if (agent.cfg.max_contexts < 1 || agent.cfg.max_contexts > 256) {
 		fprintf(stderr, "sandbox-agent: --max-contexts must be 1 to "
 		    "256\n");
-		return 2;
-	}
-	if (agent.cfg.shell_spares < 0) {
-		fprintf(stderr, "sandbox-agent: --shell-spares must be 0 or "
-		    "more\n");
 		return 2;
 	}
 	if (agent.cfg.max_connections < 0 || !(agent.cfg.header_timeout > 0) ||
@@ -477,7 +471,7 @@ setup(int argc, char **argv)
 	if (agent.cfg.prewarm_kernel)
 		ipython_prewarm(&agent);
 	ci_init(&agent);
-	shell_spares_init(&agent);
+	shell_template_init(&agent);
 	routes = agent_routes(&nroutes);
 	hc.routes = routes;
 	hc.nroutes = nroutes;
@@ -539,7 +533,8 @@ main(int argc, char **argv)
 	log_info("sandbox-agent %s ready (workspace %s, shell %s, seccomp %s)",
 	    VERSION, agent.ws.root, agent.shell, agent.confine ? "on" : "off");
 	event_base_dispatch(agent.base);
-	shell_spares_stop();
+	shell_template_stop();
+	shell_stop();
 	work_pool_free(agent.io_pool);
 	gitops_routes_shutdown();
 	toolset_shutdown();

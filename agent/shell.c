@@ -3,10 +3,11 @@
  *
  * The command runs under bash (else sh) -c in the workspace, stdin from
  * /dev/null, in its own process group under a keeper (spawn_child.c),
- * confined by the seccomp program: in a spare shell started ahead of it
- * when one is ready (shell_spare.c), else in one started now. A command
- * too long for argv comes to the shell through its stdin
- * (SHELL_FROM_STDIN).
+ * confined by the seccomp program: forked from the shell template
+ * (shell_template.c) when it can take the call, else in a bash -c started
+ * for it, the plain path. On that path a command too long for argv comes
+ * to the shell through its stdin (SHELL_FROM_STDIN), and a stream always
+ * takes it (its first event needs the pid at once).
  * Plain calls answer one MCP result when the command is done: stdout and
  * stderr capped, a note when output was cut or the command timed out.
  * With "stream": true the answer is NDJSON events while it runs; a client
@@ -15,11 +16,15 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -231,19 +236,116 @@ client_gone(struct http_request *req, void *arg)
 	/* The exit callback of a freed spawn never runs, so no double free. */
 }
 
+/* Under --run-as, the plain path's bash is executed from an execute-only
+ * memfd copy of it, made at its first use: executed by a user who may not
+ * read it, the process is undumpable (the kernel's would_dump), so that
+ * no other process of that user may open its /proc/PID/fd (the command's
+ * pipes) or memory. -1: /bin/bash itself. */
+static int bash_fd = -2;
+
+static int
+bash_copy(const char *path)
+{
+	struct stat st;
+	char path_rd[64];
+	int in = open(path, O_RDONLY | O_CLOEXEC), fd = -1, ro;
+	off_t off = 0;
+
+	if (in < 0 || fstat(in, &st) < 0)
+		goto fail;
+	if ((fd = memfd_create("bash", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+		goto fail;
+	while (off < st.st_size)
+		if (sendfile(fd, in, &off, (size_t)(st.st_size - off)) <= 0)
+			goto fail;
+	if (fchmod(fd, 0111) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK |
+	    F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		goto fail;
+	/* Read-only from here: exec refuses a file open for writing. */
+	snprintf(path_rd, sizeof path_rd, "/proc/self/fd/%d", fd);
+	if ((ro = open(path_rd, O_RDONLY | O_CLOEXEC)) < 0)
+		goto fail;
+	close(fd);
+	close(in);
+	return ro;
+fail:
+	log_warn("cannot copy %s to an execute-only memfd (%s): commands run "
+	    "from %s itself", path, strerror(errno), path);
+	if (fd >= 0)
+		close(fd);
+	if (in >= 0)
+		close(in);
+	return -1;
+}
+
+/* The plain path: a bash -c started for the command. */
+static struct spawn *
+start_plain(struct agent *agent, const char *command, int stream,
+    const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
+    double timeout, struct error *err)
+{
+	const char *argv[] = { agent->shell, "-c", command, NULL };
+	struct spawn_options opts;
+	struct spawn *sp;
+	int script = -1;
+
+	confine_spawn_options(agent, &opts);
+	opts.argv = argv;
+	opts.stdio[0] = SPAWN_NULL;
+	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
+	if (strlen(command) > SHELL_ARGV_MAX) {
+		script = spawn_memfd("sandbox-agent-command", command,
+		    strlen(command));
+		if (script < 0) {
+			error_set_errno(err, 500, errno, "cannot hold the "
+			    "command in a memfd");
+			return NULL;
+		}
+		argv[2] = SHELL_FROM_STDIN;
+		opts.stdio[0] = SPAWN_FD;
+		opts.fd[0] = script;
+	}
+	opts.timeout = timeout;
+	opts.capture_cap[1] = cap[1];
+	opts.capture_cap[2] = cap[2];
+	/* Not waiting here for the exec: a burst of calls then forks one
+	 * after another while their shells start side by side. The shell
+	 * was found at start; were it gone, the answer is 127, as from
+	 * bash -c. A stream's first event needs the pid. */
+	opts.async = !stream;
+	if (bash_fd == -2)
+		bash_fd = agent->drop_ids && strcmp(agent->shell,
+		    "/bin/bash") == 0 ? bash_copy(agent->shell) : -1;
+	if (bash_fd >= 0) {
+		opts.use_exec_fd = 1;
+		opts.exec_fd = bash_fd;
+	}
+	sp = spawn_start(agent->base, &opts, cb, arg, err);
+	if (script >= 0)
+		close(script);
+	return sp;
+}
+
+void
+shell_stop(void)
+{
+	if (bash_fd >= 0)
+		close(bash_fd);
+	bash_fd = -2;
+}
+
 void
 shell_route_run(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
-	const char *command, *argv[4];
-	struct spawn_options opts;
+	const char *command;
 	struct spawn_callbacks cb = { 0 };
 	size_t cap[3] = { 0, 0, 0 };
 	struct shell_run *run;
 	struct error err = { 0 };
 	json_t *body;
 	double timeout;
-	int stream, script = -1;
+	int stream;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
 	    json_get_string(body, "command", 1, &command, &err) < 0 ||
@@ -278,57 +380,22 @@ shell_route_run(struct http_request *req, void *arg)
 		cb.on_output = stream_output;
 		cb.on_exit = stream_exit;
 	}
-	run->sp = shell_spare_take(command, strlen(command),
-	    strlen(command) > SHELL_ARGV_MAX, &cb, run, cap, timeout);
-	if (run->sp != NULL) {
-		log_debug("command %d runs in a spare shell",
-		    (int)spawn_pid(run->sp));
-		json_decref(body);
-		body = NULL;
-		goto started;
-	}
-	argv[0] = agent->shell;
-	argv[1] = "-c";
-	argv[2] = command;
-	argv[3] = NULL;
-	confine_spawn_options(agent, &opts);
-	opts.argv = argv;
-	opts.stdio[0] = SPAWN_NULL;
-	opts.stdio[1] = opts.stdio[2] = SPAWN_CAPTURE;
-	if (strlen(command) > SHELL_ARGV_MAX) {
-		script = spawn_memfd("sandbox-agent-command", command,
-		    strlen(command));
-		if (script < 0) {
-			error_set_errno(&err, 500, errno, "cannot hold the "
-			    "command in a memfd");
+	if (!stream &&
+	    (run->sp = shell_template_run(command, strlen(command), &cb, run,
+	    cap, timeout)) != NULL) {
+		log_debug("command forked from the shell template");
+	} else {
+		run->sp = start_plain(agent, command, stream, &cb, run, cap,
+		    timeout, &err);
+		if (run->sp == NULL) {
 			free(run);
+			error_prefix(&err, "cannot start the command");
 			goto fail;
 		}
-		argv[2] = SHELL_FROM_STDIN;
-		opts.stdio[0] = SPAWN_FD;
-		opts.fd[0] = script;
+		log_debug("command runs in a shell started for it");
 	}
-	opts.timeout = timeout;
-	opts.capture_cap[1] = cap[1];
-	opts.capture_cap[2] = cap[2];
-	/* Not waiting here for the exec: a burst of calls beyond the spares
-	 * then forks one after another while their shells start side by
-	 * side. The shell was found at start; were it gone, the answer is
-	 * 127, as from bash -c. A stream's first event needs the pid. */
-	opts.async = !stream;
-	shell_exec_options(&opts);
-	run->sp = spawn_start(agent->base, &opts, &cb, run, &err);
-	if (script >= 0)
-		close(script);
 	json_decref(body);
 	body = NULL;
-	if (run->sp == NULL) {
-		free(run);
-		error_prefix(&err, "cannot start the command");
-		goto fail;
-	}
-	log_debug("command runs in a shell started for it");
-started:
 	http_request_on_close(req, client_gone, run);
 	if (stream) {
 		struct timeval tv = { SHELL_KEEPALIVE_SECONDS, 0 };

@@ -51,6 +51,10 @@ enum http_verb {
 enum http_match {
 	HTTP_MATCH_EXACT,
 	HTTP_MATCH_PREFIX,	/* path equals the prefix or continues after it */
+	/* The request carries the header named by the route's path, whatever
+	 * its path: such routes are looked at before every path route (a
+	 * router keyed on a header, as E2B's sandbox traffic is). */
+	HTTP_MATCH_HEADER,
 };
 
 #define HTTP_ROUTE_STREAM_BODY	0x1	/* handler runs at headers, reads body itself */
@@ -108,6 +112,11 @@ size_t http_default_max_connections(void);
  * *method_mismatch when a route has the path but not the method. */
 const struct http_route *http_route_find(const struct http_route *routes,
     size_t nroutes, unsigned method, const char *path, int *method_mismatch);
+/* The first HTTP_MATCH_HEADER route with the method whose header the
+ * request carries (has(arg, name) tells), or NULL. */
+const struct http_route *http_route_find_header(
+    const struct http_route *routes, size_t nroutes, unsigned method,
+    int (*has)(void *arg, const char *name), void *arg);
 
 struct http_server *http_server_new(struct event_base *base,
     const struct http_server_config *config);

@@ -264,6 +264,12 @@ http_request_reject(struct http_request *req, const struct error *err)
 	http_reply_err(req, err);
 }
 
+static int
+request_has_header(void *arg, const char *name)
+{
+	return http_request_header(arg, name) != NULL;
+}
+
 static void
 dispatch(struct http_request *req)
 {
@@ -300,8 +306,12 @@ on_headers_complete(http_parser *p)
 		goto rejected;
 	if ((cl = http_request_header(req, "Content-Length")) != NULL)
 		req->content_length = (int64_t)p->content_length;
-	req->route = http_route_find(cfg->routes, cfg->nroutes, req->method,
-	    req->path, &mismatch);
+	mismatch = 0;
+	req->route = http_route_find_header(cfg->routes, cfg->nroutes,
+	    req->method, request_has_header, req);
+	if (req->route == NULL)
+		req->route = http_route_find(cfg->routes, cfg->nroutes,
+		    req->method, req->path, &mismatch);
 	/* Which paths exist is for clients with the token to learn: without
 	 * it, every path but the open routes' answers the auth error. */
 	if (check_auth(req, req->route, &err) < 0)

@@ -14,6 +14,8 @@ route_path_matches(const struct http_route *route, const char *path)
 {
 	size_t len;
 
+	if (route->match == HTTP_MATCH_HEADER)
+		return 0;
 	if (route->match == HTTP_MATCH_EXACT)
 		return strcmp(route->path, path) == 0;
 	len = strlen(route->path);
@@ -55,6 +57,18 @@ http_route_find(const struct http_route *routes, size_t nroutes,
 	if (best != NULL)
 		*method_mismatch = 0;
 	return best;
+}
+
+const struct http_route *
+http_route_find_header(const struct http_route *routes, size_t nroutes,
+    unsigned method, int (*has)(void *arg, const char *name), void *arg)
+{
+	for (size_t i = 0; i < nroutes; i++) {
+		if (routes[i].match == HTTP_MATCH_HEADER &&
+		    (routes[i].methods & method) != 0 && has(arg, routes[i].path))
+			return &routes[i];
+	}
+	return NULL;
 }
 
 const char *

@@ -43,7 +43,11 @@ struct spawn {
 	int timed_out;
 	int done;		/* on_exit has been called */
 	int paused;
-	int ready;		/* executed its program (async: once seen) */
+	/* Started through another process (spawn_start_via): pid is 0 until
+	 * the keeper tells it, and its exit is the keeper's report. */
+	int via;
+	int kill_pending;	/* a signal asked for before pid was known */
+	int freed;		/* freed by its owner before pid was known */
 	/* Reports still to come (a keeper's, to the end). */
 	int report_fd;
 	struct event *report_ev;
@@ -300,15 +304,33 @@ read_reports(int fd, pid_t *cmd, int *kind)
 			*cmd = (pid_t)msg.value;
 			return e;
 		}
-		*kind = msg.kind;
 		e = msg.value;
+		*kind = msg.kind;
 	}
 }
 
-/* A keeper's reports as they come: the pid (an async spawn is then
- * ready, unless an errno came first), and the command's status, which
- * is its exit. End of file without it: the keeper died (killed, or it
- * could not start the command), which the reaper reports. */
+static void spawn_release(struct spawn *sp);
+
+/* The keeper of a spawn_start_via is known: what was asked of it before
+ * is done now. */
+static void
+keeper_known(struct spawn *sp, pid_t pid)
+{
+	if (sp->pid != 0 || pid <= 0)
+		return;
+	sp->pid = pid;
+	if (sp->freed)
+		kill(pid, SPAWN_KEEPER_SIGNAL);
+	else if (sp->kill_pending)
+		spawn_kill(sp, sp->kill_pending);
+}
+
+/* A keeper's reports as they come: its own pid (spawn_start_via), the
+ * command's pid, and the command's status, which is its exit. End of file
+ * without it: the keeper died (killed, or it could not start the command),
+ * which the reaper reports; or, for one we did not fork, which we cannot
+ * wait for, it ended as if killed (127 if it told an errno: the command
+ * could not start). */
 static void
 report_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -320,9 +342,10 @@ report_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	while (!ended && (n = read(fd, &msg, sizeof msg)) ==
 	    (ssize_t)sizeof msg) {
-		if (msg.kind == SPAWN_MSG_PID) {
+		if (msg.kind == SPAWN_MSG_KEEPER && sp->via) {
+			keeper_known(sp, (pid_t)msg.value);
+		} else if (msg.kind == SPAWN_MSG_PID) {
 			sp->cmd = (pid_t)msg.value;
-			sp->ready = sp->report_err == 0;
 		} else if (msg.kind == SPAWN_MSG_STATUS) {
 			status = msg.value;
 			ended = 1;
@@ -336,6 +359,14 @@ report_cb(evutil_socket_t fd, short what, void *arg)
 	sp->report_ev = NULL;
 	close(sp->report_fd);
 	sp->report_fd = -1;
+	if (sp->freed) {
+		spawn_release(sp);
+		return;
+	}
+	if (!ended && sp->via) {
+		ended = 1;
+		status = sp->report_err != 0 ? 127 << 8 : SIGKILL;
+	}
 	if (ended && !sp->exited) {
 		sp->exited = 1;
 		sp->status = status;
@@ -355,27 +386,24 @@ make_pipe(int p[2], struct error *err)
 	return 0;
 }
 
-struct spawn *
-spawn_start(struct event_base *base, const struct spawn_options *o,
-    const struct spawn_callbacks *cb, void *arg, struct error *err)
+/* The child's ends of its standard streams (child_fd, a /dev/null among
+ * them in *devnull) and ours (parent_fd: captured streams and pipes), as
+ * o asks. On failure, what was opened is in the three. */
+static int
+stdio_open(const struct spawn_options *o, int child_fd[3], int parent_fd[3],
+    int *devnull, struct error *err)
 {
-	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e, kind = 0;
-	sigset_t all, old;
-	struct spawn *sp;
-	pid_t pid, cmd;
-
 	for (int i = 0; i < 3; i++) {
 		int p[2];
 
 		switch (o->stdio[i]) {
 		case SPAWN_NULL:
-			if (devnull < 0 &&
-			    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+			if (*devnull < 0 && (*devnull = open("/dev/null",
+			    O_RDWR | O_CLOEXEC)) < 0) {
 				error_set_errno(err, 500, errno, "/dev/null");
-				goto fail;
+				return -1;
 			}
-			child_fd[i] = devnull;
+			child_fd[i] = *devnull;
 			break;
 		case SPAWN_INHERIT:
 			child_fd[i] = i;
@@ -386,14 +414,100 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		case SPAWN_CAPTURE:
 		case SPAWN_PIPE:
 			if (make_pipe(p, err) < 0)
-				goto fail;
+				return -1;
 			/* stdin: the child reads p[0]; others: it writes p[1] */
 			child_fd[i] = i == 0 ? p[0] : p[1];
 			parent_fd[i] = i == 0 ? p[1] : p[0];
 			break;
 		}
 	}
-	if (make_pipe(errpipe, err) < 0)
+	return 0;
+}
+
+/* The child has its copies: ours of its ends go. */
+static void
+stdio_close_child(const struct spawn_options *o, int child_fd[3],
+    int *devnull)
+{
+	for (int i = 0; i < 3; i++) {
+		if ((o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE) &&
+		    child_fd[i] >= 0)
+			close(child_fd[i]);
+		child_fd[i] = -1;
+	}
+	if (*devnull >= 0)
+		close(*devnull);
+	*devnull = -1;
+}
+
+static void
+close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+/* The spawn of a child started with our ends of its streams (parent_fd,
+ * now its) and, when report_fd >= 0, its keeper's reports to come. */
+static struct spawn *
+spawn_new(struct event_base *base, const struct spawn_options *o,
+    const struct spawn_callbacks *cb, void *arg, pid_t pid, pid_t cmd,
+    int report_fd, const int parent_fd[3])
+{
+	struct spawn *sp = xcalloc(1, sizeof *sp);
+
+	sp->base = base;
+	sp->pid = pid;
+	sp->cmd = cmd;
+	sp->group = o->new_group;
+	sp->report_fd = report_fd;
+	if (report_fd >= 0) {
+		fcntl(report_fd, F_SETFL, O_NONBLOCK);
+		sp->report_ev = event_new(base, report_fd,
+		    EV_READ | EV_PERSIST, report_cb, sp);
+		event_add(sp->report_ev, NULL);
+	}
+	if (cb != NULL)
+		sp->cb = *cb;
+	sp->arg = arg;
+	for (int i = 0; i < 3; i++) {
+		sp->out[i].fd = -1;
+		sp->pipe_fd[i] = -1;
+		if (o->stdio[i] == SPAWN_PIPE) {
+			sp->pipe_fd[i] = parent_fd[i];
+		} else if (o->stdio[i] == SPAWN_CAPTURE && i > 0) {
+			struct spawn_stream *s = &sp->out[i];
+
+			s->fd = parent_fd[i];
+			s->cap = o->capture_cap[i];
+			s->buf = evbuffer_new();
+			fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+			s->ev = event_new(base, s->fd, EV_READ | EV_PERSIST,
+			    read_cb, sp);
+			event_add(s->ev, NULL);
+		} else if (parent_fd[i] >= 0) {
+			close(parent_fd[i]);	/* capture of stdin: nothing */
+		}
+	}
+	arm_timeout(sp, o->timeout);
+	LIST_INSERT_HEAD(&spawn_children, sp, entry);
+	return sp;
+}
+
+struct spawn *
+spawn_start(struct event_base *base, const struct spawn_options *o,
+    const struct spawn_callbacks *cb, void *arg, struct error *err)
+{
+	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
+	int errpipe[2] = { -1, -1 }, devnull = -1, e, kind = 0;
+	sigset_t all, old;
+	pid_t pid, cmd;
+
+	if (stdio_open(o, child_fd, parent_fd, &devnull, err) < 0 ||
+	    make_pipe(errpipe, err) < 0)
 		goto fail;
 	/* The child must not run our handlers (libevent's would write to
 	 * our loop) before it has reset them: it starts with all blocked. */
@@ -429,19 +543,11 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		close(errpipe[0]);
 		errpipe[0] = -1;
 	}
-	for (int i = 0; i < 3; i++) {
-		if (o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE)
-			close(child_fd[i]);
-	}
-	if (devnull >= 0)
-		close(devnull);
-	devnull = -1;
+	stdio_close_child(o, child_fd, &devnull);
 	if (e != 0) {
 		/* exec failed; the child (or its keeper) exits with 127. */
 		waitpid(pid, NULL, 0);
-		for (int i = 0; i < 3; i++)
-			if (parent_fd[i] >= 0)
-				close(parent_fd[i]);
+		close_all(parent_fd, 3);
 		if (kind == SPAWN_MSG_SETUP)
 			error_set_errno(err, 500, e, "cannot set up %s",
 			    o->argv[0]);
@@ -453,61 +559,41 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 			    "cannot execute %s", o->argv[0]);
 		return NULL;
 	}
+	return spawn_new(base, o, cb, arg, pid, cmd, errpipe[0], parent_fd);
+fail:
+	close_all(parent_fd, 3);
+	stdio_close_child(o, child_fd, &devnull);
+	close_all(errpipe, 2);
+	return NULL;
+}
 
-	sp = xcalloc(1, sizeof *sp);
-	sp->base = base;
-	sp->pid = pid;
-	sp->cmd = cmd;
-	sp->group = o->new_group;
-	sp->ready = !o->async;
-	sp->report_fd = -1;
-	if (errpipe[0] >= 0) {
-		sp->report_fd = errpipe[0];
-		errpipe[0] = -1;
-		fcntl(sp->report_fd, F_SETFL, O_NONBLOCK);
-		sp->report_ev = event_new(base, sp->report_fd,
-		    EV_READ | EV_PERSIST, report_cb, sp);
-		event_add(sp->report_ev, NULL);
-	}
-	if (cb != NULL)
-		sp->cb = *cb;
-	sp->arg = arg;
-	for (int i = 0; i < 3; i++) {
-		sp->out[i].fd = -1;
-		sp->pipe_fd[i] = -1;
-		if (o->stdio[i] == SPAWN_PIPE) {
-			sp->pipe_fd[i] = parent_fd[i];
-		} else if (o->stdio[i] == SPAWN_CAPTURE && i > 0) {
-			struct spawn_stream *s = &sp->out[i];
+struct spawn *
+spawn_start_via(struct event_base *base, const struct spawn_options *o,
+    int (*start)(const int fds[3], int report_fd, void *arg),
+    void *start_arg, const struct spawn_callbacks *cb, void *arg,
+    struct error *err)
+{
+	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
+	int errpipe[2] = { -1, -1 }, devnull = -1;
+	struct spawn *sp;
 
-			s->fd = parent_fd[i];
-			s->cap = o->capture_cap[i];
-			s->buf = evbuffer_new();
-			fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
-			s->ev = event_new(base, s->fd, EV_READ | EV_PERSIST,
-			    read_cb, sp);
-			event_add(s->ev, NULL);
-		} else if (parent_fd[i] >= 0) {
-			close(parent_fd[i]);	/* capture of stdin: nothing */
-		}
+	if (stdio_open(o, child_fd, parent_fd, &devnull, err) < 0 ||
+	    make_pipe(errpipe, err) < 0)
+		goto fail;
+	if (start(child_fd, errpipe[1], start_arg) < 0) {
+		error_set_errno(err, 500, errno, "cannot hand over %s",
+		    o->argv != NULL ? o->argv[0] : "the command");
+		goto fail;
 	}
-	arm_timeout(sp, o->timeout);
-	LIST_INSERT_HEAD(&spawn_children, sp, entry);
+	close(errpipe[1]);
+	stdio_close_child(o, child_fd, &devnull);
+	sp = spawn_new(base, o, cb, arg, 0, 0, errpipe[0], parent_fd);
+	sp->via = 1;
 	return sp;
 fail:
-	for (int i = 0; i < 3; i++) {
-		if (parent_fd[i] >= 0)
-			close(parent_fd[i]);
-		if ((o->stdio[i] == SPAWN_CAPTURE || o->stdio[i] == SPAWN_PIPE) &&
-		    child_fd[i] >= 0)
-			close(child_fd[i]);
-	}
-	if (devnull >= 0)
-		close(devnull);
-	if (errpipe[0] >= 0)
-		close(errpipe[0]);
-	if (errpipe[1] >= 0)
-		close(errpipe[1]);
+	close_all(parent_fd, 3);
+	stdio_close_child(o, child_fd, &devnull);
+	close_all(errpipe, 2);
 	return NULL;
 }
 
@@ -528,43 +614,6 @@ fail:
 	return -1;
 }
 
-int
-spawn_ready(struct spawn *sp)
-{
-	return sp->ready;
-}
-
-void
-spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb, void *arg,
-    const size_t capture_cap[3], double timeout)
-{
-	sp->cb = *cb;
-	sp->arg = arg;
-	for (int i = 1; i < 3; i++) {
-		sp->out[i].cap = capture_cap[i];
-		sp->out[i].kept = sp->out[i].dropped = 0;
-	}
-	arm_timeout(sp, timeout);
-}
-
-int
-spawn_untouched(struct spawn *sp)
-{
-	if (!sp->group || sp->exited || sp->cmd <= 0)
-		return 0;
-	return spawn_state_untouched(sp->cmd, sp->pid);
-}
-
-uint64_t
-spawn_captured(struct spawn *sp)
-{
-	uint64_t n = 0;
-
-	for (int i = 1; i < 3; i++)
-		n += sp->out[i].kept + sp->out[i].dropped;
-	return n;
-}
-
 pid_t
 spawn_pid(struct spawn *sp)
 {
@@ -583,6 +632,12 @@ spawn_take_fd(struct spawn *sp, int stream)
 void
 spawn_kill(struct spawn *sp, int sig)
 {
+	/* Its keeper not known yet: done when it is (keeper_known). */
+	if (sp->pid == 0) {
+		if (!sp->exited && sp->kill_pending != SIGKILL)
+			sp->kill_pending = sig;
+		return;
+	}
 	if (!sp->group) {
 		if (!sp->exited)
 			kill(sp->pid, sig);
@@ -653,6 +708,35 @@ spawn_resume_output(struct spawn *sp)
 		arm_grace(sp);
 }
 
+/* Its streams, pipes and timers; the reports may still be awaited. */
+static void
+drop_io(struct spawn *sp)
+{
+	for (int i = 1; i < 3; i++) {
+		stream_close(&sp->out[i]);
+		if (sp->out[i].buf != NULL)
+			evbuffer_free(sp->out[i].buf);
+		sp->out[i].buf = NULL;
+	}
+	close_all(sp->pipe_fd, 3);
+	if (sp->timer != NULL)
+		event_free(sp->timer);
+	if (sp->grace != NULL)
+		event_free(sp->grace);
+	sp->timer = sp->grace = NULL;
+}
+
+static void
+spawn_release(struct spawn *sp)
+{
+	drop_io(sp);
+	if (sp->report_ev != NULL)
+		event_free(sp->report_ev);
+	if (sp->report_fd >= 0)
+		close(sp->report_fd);
+	free(sp);
+}
+
 void
 spawn_free(struct spawn *sp)
 {
@@ -662,23 +746,16 @@ spawn_free(struct spawn *sp)
 		spawn_kill(sp, SIGKILL);
 	/* The reaper still collects the pid; it is just not ours to report. */
 	LIST_REMOVE(sp, entry);
-	for (int i = 1; i < 3; i++) {
-		stream_close(&sp->out[i]);
-		if (sp->out[i].buf != NULL)
-			evbuffer_free(sp->out[i].buf);
+	/* Started through another process, whose keeper has not told its
+	 * pid: nothing is reported any more, but the rest waits for that
+	 * pid (the keeper is then told to end the tree) or for the end of
+	 * the reports. */
+	if (sp->via && sp->pid == 0 && sp->report_ev != NULL && !sp->exited) {
+		sp->freed = 1;
+		drop_io(sp);
+		return;
 	}
-	for (int i = 0; i < 3; i++)
-		if (sp->pipe_fd[i] >= 0)
-			close(sp->pipe_fd[i]);
-	if (sp->timer != NULL)
-		event_free(sp->timer);
-	if (sp->grace != NULL)
-		event_free(sp->grace);
-	if (sp->report_ev != NULL)
-		event_free(sp->report_ev);
-	if (sp->report_fd >= 0)
-		close(sp->report_fd);
-	free(sp);
+	spawn_release(sp);
 }
 
 void

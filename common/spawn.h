@@ -52,9 +52,9 @@ struct spawn_options {
 	 * argv[0] names; argv[0] is then only what the program is told. */
 	int use_exec_fd;
 	int exec_fd;
-	/* Return as soon as the child is forked, not once it executed: the
-	 * spawn is ready (spawn_ready) when it did. Until then it has no
-	 * program pid, and a failed exec shows as an exit with 127. */
+	/* Return as soon as the child is forked, not once it executed.
+	 * Until it did it has no program pid, and a failed exec shows as an
+	 * exit with 127. */
 	int async;
 	/* A session of its own (with new_group) whose controlling terminal
 	 * is its stdin, a pty's slave: job control and SIGWINCH work. */
@@ -104,22 +104,22 @@ void spawn_set_orphan_cb(void (*cb)(pid_t pid, int status, void *arg),
 struct spawn *spawn_start(struct event_base *base,
     const struct spawn_options *opts, const struct spawn_callbacks *cb,
     void *arg, struct error *err);
-/* An async spawn has executed its program (always true otherwise). */
-int spawn_ready(struct spawn *sp);
-/* Hand a running spawn (started with no callbacks, say, ahead of need)
- * to a new owner: its callbacks, caps of captured streams (kept and
- * dropped counts start again) and timeout from now (0: none). */
-void spawn_adopt(struct spawn *sp, const struct spawn_callbacks *cb,
-    void *arg, const size_t capture_cap[3], double timeout);
-/* A spawn started ahead of need (new_group), before it is adopted: its
- * program still runs, is neither stopped nor traced, and has the resource
- * limits, scheduling attributes, CPUs and I/O priority a child forked now
- * by the calling thread would inherit. A process of the same user may
- * have changed any of these (spawn_state.c). 0 if not, or if it cannot
- * be told. */
-int spawn_untouched(struct spawn *sp);
-/* Bytes captured so far on stdout and stderr, kept or dropped. */
-uint64_t spawn_captured(struct spawn *sp);
+/* Start a child through another process, which forks its keeper as our
+ * child (clone's CLONE_PARENT): the shell template (agent/shell_template.c).
+ * start(fds, report_fd, start_arg) hands that process the child's ends of
+ * its standard streams, made as opts says (stdio, capture_cap; timeout),
+ * and the report pipe's write end, on which the keeper tells its own pid
+ * first, then as any keeper does (spawn_child.c); the caller keeps the
+ * descriptors, which are closed after start returns (-1 with errno if it
+ * could not). As an async spawn: the pids come later, and a kill asked
+ * for before is done then. A keeper that was never told, or died killed,
+ * ends the spawn as killed (SIGKILL); one that told an errno, with 127.
+ * NULL with err (500). */
+struct spawn *spawn_start_via(struct event_base *base,
+    const struct spawn_options *opts,
+    int (*start)(const int fds[3], int report_fd, void *start_arg),
+    void *start_arg, const struct spawn_callbacks *cb, void *arg,
+    struct error *err);
 /* The program's pid (not its keeper's). */
 pid_t spawn_pid(struct spawn *sp);
 /* Our end of a SPAWN_PIPE stream, now owned by the caller; -1 otherwise. */

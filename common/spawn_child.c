@@ -169,59 +169,98 @@ exec_search(const char *name, const char *const *argv,
 	errno = denied ? EACCES : ENOENT;
 }
 
+/* What spawn_child_exec does before it executes: its group (or session),
+ * stdio, signals, parent-death signal, the caller's setup, directory, user
+ * and seccomp filter.
+ * for_exec: also the pass_fds into place, every other descriptor marked
+ * close-on-exec, the dispositions back to their defaults and the filter
+ * loaded; a child that runs on without exec (the shell template's
+ * command) keeps its own dispositions (bash's) and the filter it already
+ * has (loading one costs some 0.3 ms here, and as much again to free at
+ * exit; a fork shares it). 0, or -1 with errno and *kind what to
+ * report. */
+static int
+confine(const struct spawn_options *o, const int fds[3], int *errfd,
+    int *exec_fd, int own_group, int for_exec, int *kind)
+{
+	sigset_t none;
+
+	*kind = SPAWN_MSG_ERRNO;
+	/* A session leader is its group's leader too. */
+	if (o->ctty) {
+		if (setsid() < 0)
+			return -1;
+	} else if (own_group) {
+		setpgid(0, 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
+			return -1;
+	}
+	if (o->ctty && ioctl(0, TIOCSCTTY, 0) < 0)
+		return -1;
+	if (for_exec && move_pass_fds(o, errfd, exec_fd) < 0)
+		return -1;
+	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
+	 * into commands: "yes | head" needs SIGPIPE to end yes. */
+	for (int sig = 1; for_exec && sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	*kind = SPAWN_MSG_SETUP;
+	if (o->setup != NULL && o->setup(o->setup_arg) < 0)
+		return -1;
+	*kind = SPAWN_MSG_CHDIR;
+	if (o->cwd != NULL && !o->cwd_as_user && chdir(o->cwd) < 0)
+		return -1;
+	*kind = SPAWN_MSG_ERRNO;
+	if (o->seccomp != NULL && drop_ptrace_cap() < 0)
+		return -1;
+	if (o->set_ids) {
+		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
+		    setuid(o->uid) < 0)
+			return -1;
+	}
+	*kind = SPAWN_MSG_CHDIR;
+	if (o->cwd != NULL && o->cwd_as_user && chdir(o->cwd) < 0)
+		return -1;
+	*kind = SPAWN_MSG_ERRNO;
+	if (for_exec)
+		close_from(3 + (int)o->npass_fds, *errfd,
+		    o->use_exec_fd ? *exec_fd : -1);
+	if (for_exec && o->seccomp != NULL) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
+		    o->seccomp) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int
+spawn_child_confine(const struct spawn_options *o, const int fds[3],
+    int errfd)
+{
+	int kind;
+
+	if (confine(o, fds, &errfd, NULL, 1, 0, &kind) < 0) {
+		report(errfd, kind, errno);
+		return -1;
+	}
+	return 0;
+}
+
 void
 spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
     int own_group)
 {
 	const char *const *envp = o->envp != NULL ? o->envp :
 	    (const char *const *)environ;
-	sigset_t none;
-	int exec_fd = o->exec_fd;
+	int exec_fd = o->exec_fd, kind;
 
-	/* A session leader is its group's leader too. */
-	if (o->ctty) {
-		if (setsid() < 0)
-			goto fail;
-	} else if (own_group) {
-		setpgid(0, 0);
-	}
-	for (int i = 0; i < 3; i++) {
-		if (fds[i] >= 0 && fds[i] != i && dup2(fds[i], i) < 0)
-			goto fail;
-	}
-	if (o->ctty && ioctl(0, TIOCSCTTY, 0) < 0)
+	if (confine(o, fds, &errfd, &exec_fd, own_group, 1, &kind) < 0)
 		goto fail;
-	if (move_pass_fds(o, &errfd, &exec_fd) < 0)
-		goto fail;
-	/* Our dispositions (SIGPIPE ignored, blocked signals) must not leak
-	 * into commands: "yes | head" needs SIGPIPE to end yes. */
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (o->setup != NULL && o->setup(o->setup_arg) < 0) {
-		report(errfd, SPAWN_MSG_SETUP, errno);
-		_exit(127);
-	}
-	if (o->cwd != NULL && !o->cwd_as_user && chdir(o->cwd) < 0)
-		goto fail_cwd;
-	if (o->seccomp != NULL && drop_ptrace_cap() < 0)
-		goto fail;
-	if (o->set_ids) {
-		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
-		    setuid(o->uid) < 0)
-			goto fail;
-	}
-	if (o->cwd != NULL && o->cwd_as_user && chdir(o->cwd) < 0)
-		goto fail_cwd;
-	close_from(3 + (int)o->npass_fds, errfd, o->use_exec_fd ? exec_fd : -1);
-	if (o->seccomp != NULL) {
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0,
-		    o->seccomp) < 0)
-			goto fail;
-	}
 	if (o->use_exec_fd) {
 		syscall(SYS_execveat, exec_fd, "", o->argv, envp,
 		    AT_EMPTY_PATH);
@@ -239,10 +278,7 @@ spawn_child_exec(const struct spawn_options *o, const int fds[3], int errfd,
 		execve(o->argv[0], (char *const *)o->argv, (char *const *)envp);
 	}
 fail:
-	report(errfd, SPAWN_MSG_ERRNO, errno);
-	_exit(127);
-fail_cwd:
-	report(errfd, SPAWN_MSG_CHDIR, errno);
+	report(errfd, kind, errno);
 	_exit(127);
 }
 
@@ -370,28 +406,22 @@ exit_as(int status)
 }
 
 void
-spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
+spawn_keeper_begin(void)
 {
-	sigset_t wanted, pending;
-	int status = 0, st;
-	pid_t cmd, pid;
-
 	setpgid(0, 0);
 	/* No core file of the agent's memory, no tracing by the user. */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	prctl(PR_SET_PDEATHSIG, SPAWN_KEEPER_SIGNAL, 0, 0, 0);
-	/* vfork: the command borrows our memory until it executes, where a
-	 * fork would copy the agent's page tables once more (about 300 us a
-	 * command here). It only makes system calls and writes its own
-	 * frames until then, and we wait. */
-	cmd = vfork();
-	if (cmd == 0)
-		spawn_child_exec(o, fds, errfd, 1);
-	if (cmd < 0) {
-		report(errfd, SPAWN_MSG_ERRNO, errno);
-		_exit(127);
-	}
+}
+
+void
+spawn_keeper_run(pid_t cmd, int errfd)
+{
+	sigset_t wanted, pending;
+	int status = 0, st;
+	pid_t pid;
+
 	/* Also from here, so that a kill of the group right after start
 	 * cannot race the command's own setpgid. */
 	setpgid(cmd, cmd);
@@ -399,7 +429,7 @@ spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
 	/* Hold nothing of the agent's: a socket it closes must close, and
 	 * the command's pipes must end when the command's processes do.
 	 * Only the report pipe stays, for the command's status. */
-	if (errfd < 1 || syscall(SYS_close_range, 0, errfd - 1, 0) < 0 ||
+	if ((errfd > 0 && syscall(SYS_close_range, 0, errfd - 1, 0) < 0) ||
 	    syscall(SYS_close_range, errfd + 1, ~0U, 0) < 0)
 		for (int fd = 0; fd < 1024; fd++)
 			if (fd != errfd)
@@ -432,4 +462,24 @@ spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
 			exit_as(st);
 		}
 	}
+}
+
+void
+spawn_child_keeper(const struct spawn_options *o, const int fds[3], int errfd)
+{
+	pid_t cmd;
+
+	spawn_keeper_begin();
+	/* vfork: the command borrows our memory until it executes, where a
+	 * fork would copy the agent's page tables once more (about 300 us a
+	 * command here). It only makes system calls and writes its own
+	 * frames until then, and we wait. */
+	cmd = vfork();
+	if (cmd == 0)
+		spawn_child_exec(o, fds, errfd, 1);
+	if (cmd < 0) {
+		report(errfd, SPAWN_MSG_ERRNO, errno);
+		_exit(127);
+	}
+	spawn_keeper_run(cmd, errfd);
 }

@@ -1,7 +1,9 @@
 /*
- * Between spawn.c (the parent side, on the event loop), spawn_child.c
- * (what runs in the child between fork and exec) and spawn_state.c (what
- * a program started ahead of need may have had changed). Private to them.
+ * Between spawn.c (the parent side, on the event loop) and spawn_child.c
+ * (what runs in the child between fork and exec, and its keeper); also
+ * the shell template's builtin (agent/bash/shell_template_bash.c), whose
+ * keepers and commands are forked by bash and report to spawn.c the same
+ * way (spawn_start_via). Private to them.
  */
 #ifndef SPAWN_INTERNAL_H
 #define SPAWN_INTERNAL_H
@@ -19,6 +21,9 @@
  * messages of 8 bytes, so that each write is atomic and those of the
  * keeper and of the command cannot mix. */
 enum spawn_msg_kind {
+	/* A keeper forked by another process for us (spawn_start_via): its
+	 * own pid, told before anything else. */
+	SPAWN_MSG_KEEPER,
 	SPAWN_MSG_PID,		/* the keeper forked the command: its pid */
 	SPAWN_MSG_ERRNO,	/* setting up or executing failed */
 	SPAWN_MSG_CHDIR,	/* changing to cwd failed: its errno */
@@ -40,13 +45,23 @@ struct spawn_msg {
 void spawn_child_exec(const struct spawn_options *o, const int fds[3],
     int errfd, int own_group) __attribute__((noreturn));
 
+/* What spawn_child_exec does but the exec, for a child that runs on as
+ * it is: it keeps its signal dispositions, its descriptors above 2 are its
+ * own to close (errfd among them), and o->seccomp, if set, is in force
+ * already (inherited): not loaded again. 0, or -1 once the errno went up
+ * errfd. */
+int spawn_child_confine(const struct spawn_options *o, const int fds[3],
+    int errfd);
+
 /* In the forked child, every signal blocked: become the keeper of a new
  * child that runs the program of o (see spawn_child.c). Never returns. */
 void spawn_child_keeper(const struct spawn_options *o, const int fds[3],
     int errfd) __attribute__((noreturn));
-
-/* The program pid, a child of keeper, is still as it was started
- * (spawn_state.c); 0 if not, or if that cannot be told. */
-int spawn_state_untouched(pid_t pid, pid_t keeper);
+/* The two halves of a keeper around the fork of its command: begin makes
+ * the caller one (its own group, undumpable, the subreaper, told when its
+ * parent dies); run, once cmd is forked, tells its pid, holds nothing but
+ * errfd and waits (spawn_child.c). Every signal blocked. */
+void spawn_keeper_begin(void);
+void spawn_keeper_run(pid_t cmd, int errfd) __attribute__((noreturn));
 
 #endif

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "xmalloc.h"
@@ -165,6 +166,7 @@ restore(json_t *rec, const struct sandbox_type *type,
 	struct sandbox *sb = sandbox_new(type);
 	const char *s;
 	json_t *meta = json_object_get(rec, "meta");
+	struct error err;
 
 	snprintf(sb->id, sizeof sb->id, "%s",
 	    json_string_value(json_object_get(rec, "id")));
@@ -190,6 +192,11 @@ restore(json_t *rec, const struct sandbox_type *type,
 	}
 	if (json_is_object(meta))
 		json_object_update(sb->meta, meta);
+	if (json_object_get(rec, "network") != NULL && egress_network_check(
+	    json_object_get(rec, "network"), "network", &sb->network,
+	    &err) < 0)
+		log_warn("adopt: %s: its saved %s; the type's policy holds",
+		    sb->name, err.msg);
 	sb->for_pool = json_is_true(json_object_get(rec, "for_pool"));
 	if (json_is_number(json_object_get(rec, "created_at")))
 		sb->created_at = json_number_value(json_object_get(rec,
@@ -215,6 +222,19 @@ unadopted_cb(struct sandbox *sb, const struct error *err, void *arg)
 	adoption_step_done(arg);
 }
 
+/* Its rules outlived us in its namespace, its resolver did not: both
+ * are put in again; one that cannot be policed goes. */
+static void
+policed_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	if (err != NULL) {
+		log_warn("adopt: %s: removing it", err->msg);
+		lifecycle_release(sb, unadopted_cb, arg);
+		return;
+	}
+	adoption_step_done(arg);
+}
+
 static void
 probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 {
@@ -234,7 +254,7 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 	log_info("adopt: took back %s (%s, %s%s%s)", sb->name, sb->type_name,
 	    sandbox_state_name(sb->state), sb->session ? ", session " : "",
 	    sb->session ? sb->session : "");
-	adoption_step_done(a);
+	lifecycle_police(sb, policed_cb, a);
 }
 
 static void
@@ -275,6 +295,8 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 		metrics_count(M_ADOPTED, sb->type_name);
 		log_info("adopt: took back %s (%s, paused)", sb->name,
 		    sb->type_name);
+		a->pending++;
+		lifecycle_police(sb, policed_cb, a);
 		return;
 	}
 	if (c->state != BACKEND_RUNNING) {

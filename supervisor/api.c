@@ -24,7 +24,8 @@ api_parse_create(json_t *args, struct create_request *creq,
 	    err) < 0 ||
 	    json_get_object(args, "environment", 0, &creq->environment,
 	    err) < 0 ||
-	    json_get_object(args, "meta", 0, &meta, err) < 0)
+	    json_get_object(args, "meta", 0, &meta, err) < 0 ||
+	    json_get_object(args, "network", 0, &creq->network, err) < 0)
 		return -1;
 	if (type_name == NULL)
 		type_name = sd.cfg.pool_types.v[0];

@@ -7,6 +7,7 @@
  *   POST   /v1/sandboxes/{id}/pause    freeze it (state "paused")
  *   POST   /v1/sandboxes/{id}/resume   thaw it
  *   GET    /v1/sandboxes/{id}/stats    CPU and memory, one sample
+ *   PUT    /v1/sandboxes/{id}/network  its egress lists, replaced live
  *   ANY    /v1/sandboxes/{id}/agent/{path}   proxy to the agent
  *   POST   /v1/sessions/connect        SandboxService.connect
  *   POST   /v1/sessions/release        SandboxService.release
@@ -21,6 +22,7 @@
 
 #include <event2/buffer.h>
 
+#include "egress.h"
 #include "json_util.h"
 #include "log.h"
 #include "xmalloc.h"
@@ -160,7 +162,81 @@ rest_is(const char *rest, const char *what)
 	    rest[n] == '?');
 }
 
-/* /v1/sandboxes/{id}/pause, /resume, /stats: the BEARER_TOKEN only. */
+/* A PUT of a sandbox's network: its body gathered (the route streams),
+ * then the change. */
+struct network_put {
+	struct sandbox *sb;
+	struct evbuffer *body;
+};
+
+/* Lists of EGRESS_MAX_ENTRIES names fit with room to spare. */
+#define NETWORK_MAX_BODY (256 * 1024)
+
+static void
+network_put_free(struct http_request *req, struct network_put *np)
+{
+	http_request_on_close(req, NULL, NULL);
+	sandbox_unref(np->sb);
+	evbuffer_free(np->body);
+	free(np);
+}
+
+static int
+network_body_cb(struct http_request *req, const char *data, size_t len,
+    void *arg)
+{
+	struct network_put *np = arg;
+
+	if (evbuffer_get_length(np->body) + len > NETWORK_MAX_BODY) {
+		http_reply_error(req, 413, "the network body is over %d bytes",
+		    NETWORK_MAX_BODY);
+		network_put_free(req, np);
+		return -1;
+	}
+	evbuffer_add(np->body, data, len);
+	return 0;
+}
+
+static void
+network_end_cb(struct http_request *req, void *arg)
+{
+	struct network_put *np = arg;
+	size_t n = evbuffer_get_length(np->body);
+	json_t *body, *norm;
+	struct error err;
+
+	body = http_json_parse((const char *)evbuffer_pullup(np->body, -1), n,
+	    &err);
+	if (body == NULL || egress_network_check(body, "network", &norm,
+	    &err) < 0)
+		sandboxd_reply_error(req, &err);
+	else
+		lifecycle_set_network(np->sb, norm, model_cb, req);
+	json_decref(body);
+	network_put_free(req, np);
+}
+
+/* The client left before its body ended. */
+static void
+network_gone_cb(struct http_request *req, void *arg)
+{
+	network_put_free(req, arg);
+}
+
+static void
+network_put(struct http_request *req, struct sandbox *sb)
+{
+	struct network_put *np = xcalloc(1, sizeof *np);
+
+	sandbox_ref(sb);
+	np->sb = sb;
+	np->body = evbuffer_new();
+	http_request_on_close(req, network_gone_cb, np);
+	http_request_on_body(req, network_body_cb, network_end_cb, np);
+}
+
+/* /v1/sandboxes/{id}/pause, /resume, /stats, /network: the BEARER_TOKEN
+ * only. */
 static void
 sandbox_action(struct http_request *req, struct sandbox *sb,
     const char *rest)
@@ -173,6 +249,8 @@ sandbox_action(struct http_request *req, struct sandbox *sb,
 		lifecycle_pause(sb, model_cb, req);
 	else if (rest_is(rest, "/resume") && method == HTTP_METHOD_POST)
 		lifecycle_resume(sb, model_cb, req);
+	else if (rest_is(rest, "/network") && method == HTTP_METHOD_PUT)
+		network_put(req, sb);
 	else
 		http_reply_error(req, 405, "Method Not Allowed");
 }
@@ -188,7 +266,8 @@ sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
 	if (!proxy_authorized(req, NULL)) {
 		http_reply_error(req, 401, "Authentication required");
 	} else if (*rest != '\0' && *rest != '?' && !rest_is(rest, "/stats") &&
-	    !rest_is(rest, "/pause") && !rest_is(rest, "/resume")) {
+	    !rest_is(rest, "/pause") && !rest_is(rest, "/resume") &&
+	    !rest_is(rest, "/network")) {
 		http_reply_error(req, 404, "Not Found");
 	} else if (sb == NULL) {
 		http_reply_error(req, 404, "no sandbox %s", id);

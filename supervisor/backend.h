@@ -76,6 +76,9 @@ struct backend_spec {
 	int64_t pids;			/* 0: no limit */
 	enum backend_network network;
 	const struct config_list *cap_add;	/* on top of none */
+	const char *network_name;	/* bridge: the engine's network to
+					 * join (SANDBOXD_NETWORK); NULL: its
+					 * default */
 	int host_port;			/* publish the agent's TCP port here
 					 * (bridge only); 0: no */
 	const char *host_ip;		/* on this address; NULL: 127.0.0.1 */
@@ -115,6 +118,10 @@ typedef void (*backend_logs_cb)(const char *text, const struct error *err,
     void *arg);
 typedef void (*backend_stats_cb)(const struct backend_stats *stats,
     const struct error *err, void *arg);
+/* An open descriptor of the network namespace (the caller's to close),
+ * or -1 with err. */
+typedef void (*backend_netns_cb)(int netns, const struct error *err,
+    void *arg);
 
 /* Where an id is asked for, the sandbox's name does too (a create whose
  * answer was lost). */
@@ -144,6 +151,10 @@ struct backend_ops {
 	/* The sandboxes created for instance: in every state, or only those
 	 * not running (what a health round looks for, much cheaper at
 	 * scale where the engine filters). */
+	/* The network namespace of a running sandbox with a network, where
+	 * egress.c polices it (Docker: its first process's). */
+	void (*netns)(struct backend *b, const char *id, backend_netns_cb done,
+	    void *arg);
 	void (*list_ours)(struct backend *b, const char *instance,
 	    int not_running, backend_list_cb done, void *arg);
 	void (*logs)(struct backend *b, const char *id, int lines,

@@ -143,6 +143,27 @@ answer_logs(struct crun_op *op)
 	free(buf);
 }
 
+/* The namespace sandboxd made for a sandbox with a network and holds
+ * (opened again from its first process after a restart). */
+static void
+answer_netns(struct crun_op *op, const struct error *err)
+{
+	struct crun_box *box = crun_box_find(op->c->boxes, op->id);
+	int fd = -1;
+
+	if (err == NULL && box == NULL) {
+		error_set(&op->err, 404, "no such sandbox: %s", op->id);
+		err = &op->err;
+	} else if (err == NULL && (box->net == NULL ||
+	    (box->state != BACKEND_RUNNING && box->state != BACKEND_PAUSED) ||
+	    (fd = crun_net_ns_dup(box->net)) < 0)) {
+		error_set(&op->err, 409, "crun: sandbox %s is not running "
+		    "with a network", op->id);
+		err = &op->err;
+	}
+	op->netns_done(fd, err, op->arg);
+}
+
 static void
 answer(struct crun_op *op)
 {
@@ -192,6 +213,9 @@ answer(struct crun_op *op)
 			op->logs_done(NULL, err, op->arg);
 		else
 			answer_logs(op);
+		break;
+	case CRUN_OP_NETNS:
+		answer_netns(op, err);
 		break;
 	}
 }
@@ -396,6 +420,13 @@ crun_stats(struct backend *b, const char *id, backend_stats_cb done,
 }
 
 static void
+crun_netns(struct backend *b, const char *id, backend_netns_cb done,
+    void *arg)
+{
+	answer_soon(b, CRUN_OP_NETNS, id, arg)->netns_done = done;
+}
+
+static void
 crun_list_ours(struct backend *b, const char *instance, int not_running,
     backend_list_cb done, void *arg)
 {
@@ -528,6 +559,7 @@ static const struct backend_ops crun_ops = {
 	.resume = crun_resume,
 	.status = crun_status,
 	.stats = crun_stats,
+	.netns = crun_netns,
 	.list_ours = crun_list_ours,
 	.logs = crun_logs,
 	.id_abbreviates = crun_id_abbreviates,

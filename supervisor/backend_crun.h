@@ -163,6 +163,8 @@ void crun_net_down(struct crun_jobs *q, const struct crun_net_config *cfg,
 const char *crun_net_ns_path(const struct crun_net *n);
 /* Its address on the bridge, once attached. */
 const char *crun_net_ip(const struct crun_net *n);
+/* A descriptor of its namespace, the caller's to close; -1 if not ours. */
+int crun_net_ns_dup(const struct crun_net *n);
 /* After a restart: hold the namespace of the sandbox's first process. */
 void crun_net_adopt_ns(struct crun_net *n, pid_t pid);
 /* What crun_net_down needs after a restart, as saved in the bundle. */
@@ -242,7 +244,7 @@ void crun_boxes_trim_logs(struct crun_boxes *t, off_t max);
 enum crun_op_kind {
 	CRUN_OP_CREATE, CRUN_OP_REMOVE, CRUN_OP_START, CRUN_OP_STOP,
 	CRUN_OP_PAUSE, CRUN_OP_RESUME, CRUN_OP_STATUS, CRUN_OP_STATS,
-	CRUN_OP_LIST, CRUN_OP_LOGS,
+	CRUN_OP_LIST, CRUN_OP_LOGS, CRUN_OP_NETNS,
 };
 
 /* The backend; owned by its struct backend. */
@@ -280,6 +282,7 @@ struct crun_op {
 	backend_stats_cb stats_done;
 	backend_list_cb list_done;
 	backend_logs_cb logs_done;
+	backend_netns_cb netns_done;
 	backend_sent_cb sent;
 	void *arg;
 	struct error err;

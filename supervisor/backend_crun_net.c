@@ -135,6 +135,12 @@ crun_net_ip(const struct crun_net *n)
 	return n->ip;
 }
 
+int
+crun_net_ns_dup(const struct crun_net *n)
+{
+	return n->ns_fd < 0 ? -1 : fcntl(n->ns_fd, F_DUPFD_CLOEXEC, 3);
+}
+
 void
 crun_net_adopt_ns(struct crun_net *n, pid_t pid)
 {

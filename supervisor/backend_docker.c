@@ -10,8 +10,12 @@
  */
 #include "backend.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -200,8 +204,9 @@ create_body(const struct backend_spec *s)
 	json_object_set_new(host, "CapAdd", caps);
 	json_object_set_new(host, "SecurityOpt",
 	    json_pack("[s]", "no-new-privileges"));
-	json_object_set_new(host, "NetworkMode", json_string(s->network ==
-	    BACKEND_NET_BRIDGE ? "bridge" : "none"));
+	json_object_set_new(host, "NetworkMode", json_string(s->network !=
+	    BACKEND_NET_BRIDGE ? "none" : s->network_name != NULL ?
+	    s->network_name : "bridge"));
 	json_object_set_new(host, "RestartPolicy", json_pack("{s:s}", "Name",
 	    "no"));
 	/* The agent logs a line per event; keep the host's disk safe. */
@@ -386,6 +391,94 @@ docker_status(struct backend *b, const char *id, backend_status_cb done,
 
 	op->status_done = done;
 	docker_container_inspect(b->impl, id, inspected_cb, op);
+}
+
+/* The container's first process's namespace. Its pid is Docker's word
+ * at one moment: the namespace is opened through a pidfd of that pid,
+ * and Docker is asked again; the same pid then, with the pidfd's process
+ * still alive, was the container's all along (a pid is reused only once
+ * its process is gone). */
+struct netns_op {
+	struct docker *docker;
+	backend_netns_cb done;
+	void *arg;
+	char *id;
+	long long pid;
+	int pidfd;
+	int fd;
+};
+
+static void
+netns_finish(struct netns_op *op, const struct error *err)
+{
+	struct error e;
+
+	if (err == NULL && op->fd < 0) {
+		error_set(&e, 502, "docker: the network namespace of container "
+		    "%.12s cannot be opened (is it running?)", op->id);
+		err = &e;
+	}
+	if (err != NULL && op->fd >= 0)
+		close(op->fd);
+	op->done(err != NULL ? -1 : op->fd, err, op->arg);
+	if (op->pidfd >= 0)
+		close(op->pidfd);
+	free(op->id);
+	free(op);
+}
+
+static long long
+state_pid(json_t *answer)
+{
+	return (long long)json_integer_value(json_object_get(json_object_get(
+	    answer, "State"), "Pid"));
+}
+
+static void
+netns_checked_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct netns_op *op = arg;
+	struct pollfd p = { .fd = op->pidfd, .events = POLLIN };
+
+	/* A pidfd polls readable once its process exited. */
+	if (err == NULL && (state_pid(answer) != op->pid || poll(&p, 1, 0) != 0)) {
+		close(op->fd);
+		op->fd = -1;
+	}
+	netns_finish(op, err);
+}
+
+static void
+netns_inspected_cb(json_t *answer, const struct error *err, void *arg)
+{
+	struct netns_op *op = arg;
+	char path[64];
+
+	op->pid = err == NULL ? state_pid(answer) : 0;
+	if (op->pid > 0 && (op->pidfd = (int)syscall(SYS_pidfd_open,
+	    (pid_t)op->pid, 0)) >= 0) {
+		snprintf(path, sizeof path, "/proc/%lld/ns/net", op->pid);
+		op->fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (err != NULL || op->fd < 0) {
+		netns_finish(op, err);
+		return;
+	}
+	docker_container_inspect(op->docker, op->id, netns_checked_cb, op);
+}
+
+static void
+docker_netns(struct backend *b, const char *id, backend_netns_cb done,
+    void *arg)
+{
+	struct netns_op *op = xcalloc(1, sizeof *op);
+
+	op->docker = b->impl;
+	op->done = done;
+	op->arg = arg;
+	op->id = xstrdup(id);
+	op->pidfd = op->fd = -1;
+	docker_container_inspect(b->impl, id, netns_inspected_cb, op);
 }
 
 /* A counter of the memory controller's stats: cgroup v1 names it first,
@@ -598,6 +691,7 @@ static const struct backend_ops docker_ops = {
 	.resume = docker_resume,
 	.status = docker_status,
 	.stats = docker_stats,
+	.netns = docker_netns,
 	.list_ours = docker_list_ours,
 	.logs = docker_logs,
 	.id_abbreviates = docker_id_abbreviates,

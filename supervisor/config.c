@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "xmalloc.h"
@@ -197,6 +198,18 @@ static const struct config_option options[] = {
 	    C(shutdown_timeout), "SECONDS", "how long shutdown removes "
 	    "sandboxes before it exits leaving the rest for the next start "
 	    "(AUTO_CLEANUP; default 80: under systemd's 90 s stop timeout)" },
+	{ "--network", "SANDBOXD_NETWORK", CONFIG_STRING, C(network), "NAME",
+	    "the engine's network sandboxes of a bridge type join (default: "
+	    "Docker's bridge)" },
+	{ "--egress-dns", "SANDBOXD_EGRESS_DNS", CONFIG_STRING, C(egress_dns),
+	    "ADDRS", "name servers sandboxes' resolvers ask, ADDR[:PORT] comma "
+	    "separated (default: those of /etc/resolv.conf)" },
+	{ "--egress-allow", "SANDBOXD_EGRESS_ALLOW", CONFIG_STRING,
+	    C(egress_allow), "LIST", "CIDRs and names every sandbox with a "
+	    "network may reach, private ones too (default none)" },
+	{ "--egress-deny", "SANDBOXD_EGRESS_DENY", CONFIG_STRING,
+	    C(egress_deny), "LIST", "CIDRs no sandbox may reach, on top of the "
+	    "private and reserved ranges; names no resolver answers" },
 	{ "--log-level", "SANDBOXD_LOG_LEVEL", CONFIG_STRING, C(log_level),
 	    "LEVEL", "debug, info, warn or error (default info)" },
 	{ "--access-log", "SANDBOXD_ACCESS_LOG", CONFIG_BOOL, C(access_log),
@@ -214,6 +227,11 @@ static const struct config_option options[] = {
 	{ "--body-rate-window", "SANDBOXD_BODY_RATE_WINDOW", CONFIG_DOUBLE,
 	    C(body_rate_window), "SECONDS", "the window of --body-min-rate "
 	    "(default 30)" },
+	{ "--e2b-templates", "SANDBOXD_E2B_TEMPLATES", CONFIG_STRING,
+	    C(e2b_templates), "MAP", "E2B templates as sandbox types, "
+	    "template=type,... on top of base=base, "
+	    "code-interpreter-v1=code-interpreter, desktop=gui and every "
+	    "type's own name" },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -412,8 +430,8 @@ sandboxd_parse_port_range(const char *s, int *lo, int *hi)
 	return 0;
 }
 
-static void
-split_list(const char *s, struct config_list *out)
+void
+sandboxd_split_list(const char *s, struct config_list *out)
 {
 	char *copy = xstrdup(s), *save = NULL;
 
@@ -467,7 +485,7 @@ parse_ro_mounts(struct sandboxd_config *c, struct error *err)
 		}
 		json_decref(obj);
 	} else {
-		split_list(s, &parts);
+		sandboxd_split_list(s, &parts);
 		for (size_t i = 0; i < parts.n; i++) {
 			char *colon = strchr(parts.v[i], ':');
 
@@ -719,6 +737,8 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 		    c->docker_host);
 		return -1;
 	}
+	if (egress_config_check(c, err) < 0)
+		return -1;
 	if (c->log_level != NULL) {
 		enum log_level level;
 
@@ -731,7 +751,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->default_type == NULL)
 		c->default_type = xstrdup("base");
 	config_list_free(&c->pool_types);
-	split_list(c->default_type, &c->pool_types);
+	sandboxd_split_list(c->default_type, &c->pool_types);
 	for (size_t i = 0; i < c->pool_types.n; i++) {
 		if (sandbox_types_find(c->pool_types.v[i]) == NULL) {
 			error_set(err, 400, "DEFAULT_SANDBOX_TYPE: unknown sandbox "
@@ -742,6 +762,24 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->pool_types.n == 0) {
 		error_set(err, 400, "DEFAULT_SANDBOX_TYPE: no type given");
 		return -1;
+	}
+
+	config_list_free(&c->e2b_aliases);
+	if (c->e2b_templates != NULL)
+		sandboxd_split_list(c->e2b_templates, &c->e2b_aliases);
+	for (size_t i = 0; i < c->e2b_aliases.n; i++) {
+		const char *a = c->e2b_aliases.v[i], *eq = strchr(a, '=');
+
+		if (eq == NULL || eq == a || eq[1] == '\0') {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: '%s' is not "
+			    "template=type", a);
+			return -1;
+		}
+		if (sandbox_types_find(eq + 1) == NULL) {
+			error_set(err, 400, "SANDBOXD_E2B_TEMPLATES: unknown "
+			    "sandbox type '%s'", eq + 1);
+			return -1;
+		}
 	}
 
 	if (c->state_dir == NULL)
@@ -766,7 +804,7 @@ sandboxd_config_validate(struct sandboxd_config *c, struct error *err)
 	if (c->allowed_mount_dirs != NULL) {
 		struct config_list dirs = { 0 };
 
-		split_list(c->allowed_mount_dirs, &dirs);
+		sandboxd_split_list(c->allowed_mount_dirs, &dirs);
 		for (size_t i = 0; i < dirs.n; i++) {
 			char *real = realpath(dirs.v[i], NULL);
 
@@ -874,10 +912,11 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->types_file, &c->docker_host, &c->allowed_mount_dirs,
 		&c->public_url, &c->log_level, &c->redis_prefix,
 		&c->redis_pool_key, &c->redis_port_key, &c->advertise_addr,
-		&c->redis_secret, &c->redis_secret_file,
+		&c->redis_secret, &c->redis_secret_file, &c->network,
+		&c->egress_dns, &c->egress_allow, &c->egress_deny,
 		&c->file_system, &c->oss_endpoint, &c->oss_access_key_id,
 		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
-		&c->oss_addressing,
+		&c->oss_addressing, &c->e2b_templates,
 		&c->image_store, &c->crun_bin, &c->cni_path, &c->bridge,
 		&c->bridge_subnet,
 	};
@@ -890,6 +929,7 @@ sandboxd_config_free(struct sandboxd_config *c)
 	}
 	config_list_free(&c->pool_types);
 	config_list_free(&c->allowed_mounts);
+	config_list_free(&c->e2b_aliases);
 	for (size_t i = 0; i < c->nro_mounts; i++) {
 		free(c->ro_mounts[i].host);
 		free(c->ro_mounts[i].container);

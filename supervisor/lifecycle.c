@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "lifecycle_internal.h"
+#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "xmalloc.h"
@@ -281,6 +282,8 @@ begin_release(struct sandbox *sb)
 
 	sandbox_set_state(sb, SB_RELEASING);
 	desktop_relay_close_sandbox(sb);
+	egress_free(sb->egress);
+	sb->egress = NULL;
 	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
 	    removed_cb, op);
 }
@@ -362,7 +365,7 @@ backend_started_cb(const struct error *err, void *arg)
 		lifecycle_fail_op(op, err);
 		return;
 	}
-	lifecycle_wait_healthy(op);
+	lifecycle_police_then_wait(op);
 }
 
 void
@@ -388,8 +391,13 @@ backend_stopped_cb(const struct error *err, void *arg)
 {
 	struct lifecycle_op *op = arg;
 
-	if (err == NULL)
+	if (err == NULL) {
 		sandbox_set_state(op->sb, SB_STOPPED);
+		/* Its namespace went with its processes; a start makes a new
+		 * one and polices it again. */
+		egress_free(op->sb->egress);
+		op->sb->egress = NULL;
+	}
 	op->done(op->sb, err, op->arg);
 	lifecycle_op_end(op);
 }

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "lifecycle_internal.h"
 #include "log.h"
 #include "oss.h"
@@ -213,6 +214,22 @@ probe_next(struct lifecycle_op *op)
 		op->delay = 0.1;
 }
 
+static void
+policed_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	(void)sb;
+	if (err != NULL)
+		lifecycle_fail_op(arg, err);
+	else
+		lifecycle_wait_healthy(arg);
+}
+
+void
+lifecycle_police_then_wait(struct lifecycle_op *op)
+{
+	lifecycle_police(op->sb, policed_cb, op);
+}
+
 /* The deadline counts from here: the container has started (Docker
  * answered its start), whatever the create waited in sandboxd's queue for
  * Docker before. */
@@ -253,7 +270,7 @@ created_cb(const char *id, const char *agent_addr, const struct error *err,
 		create_failed(op, &e);
 		return;
 	}
-	lifecycle_wait_healthy(op);
+	lifecycle_police_then_wait(op);
 }
 
 /* The type's cap_add, and with run_as what the agent (root) needs to
@@ -300,7 +317,7 @@ start_container(struct lifecycle_op *op)
 	struct backend_spec spec = { 0 };
 	struct backend_mount *mounts;
 	const char **cmd = NULL, **env = NULL;
-	size_t ncmd = 0, nenv = 0;
+	size_t ncmd = 0, nenv = 0, nmounts_extra = 0;
 	struct config_list own = { 0 }, caps = { 0 };
 	const char *k;
 	json_t *v;
@@ -349,11 +366,15 @@ start_container(struct lifecycle_op *op)
 	}
 	for (size_t i = 0; i < own.n; i++)
 		append(&env, &nenv, own.v[i]);
-	mounts = xreallocarray(NULL, sd.cfg.nro_mounts + 1, sizeof *mounts);
+	mounts = xreallocarray(NULL, sd.cfg.nro_mounts + 2, sizeof *mounts);
 	mounts[0] = (struct backend_mount){ sb->mount_dir, "/workspace", 0 };
 	for (size_t i = 0; i < sd.cfg.nro_mounts; i++)
 		mounts[i + 1] = (struct backend_mount){ sd.cfg.ro_mounts[i].host,
 		    sd.cfg.ro_mounts[i].container, 1 };
+	/* Its resolver is the only one it may ask. */
+	if (sandbox_has_network(sb))
+		mounts[++nmounts_extra + sd.cfg.nro_mounts] = (struct
+		    backend_mount){ egress_resolv_conf(), "/etc/resolv.conf", 1 };
 
 	spec.name = sb->name;
 	spec.image = sb->image;
@@ -365,7 +386,7 @@ start_container(struct lifecycle_op *op)
 	spec.entrypoint = &t->entrypoint;
 	spec.env = env;
 	spec.mounts = mounts;
-	spec.nmounts = sd.cfg.nro_mounts + 1;
+	spec.nmounts = sd.cfg.nro_mounts + 1 + nmounts_extra;
 	spec.agent_dir = sb->sock_dir;
 	spec.memory = t->memory;
 	spec.nano_cpus = t->nano_cpus;
@@ -373,6 +394,7 @@ start_container(struct lifecycle_op *op)
 	spec.network = strcmp(t->network, "bridge") == 0 ? BACKEND_NET_BRIDGE :
 	    BACKEND_NET_NONE;
 	spec.cap_add = &caps;
+	spec.network_name = sd.cfg.network;
 	spec.host_port = sb->port;
 	/* Other hosts' instances reach it there (REDIS_ENABLED). */
 	spec.host_ip = sd.cfg.redis_enabled ? sd.cfg.advertise_addr : NULL;
@@ -465,6 +487,8 @@ create_failed(struct lifecycle_op *op, const struct error *err)
 	op->err = *err;
 	if (op->timer != NULL)
 		evtimer_del(op->timer);
+	egress_free(sb->egress);
+	sb->egress = NULL;
 	sb->state = SB_RELEASING;
 	sandbox_changed(sb);
 	/* Also when Docker failed to answer the create: it may still have
@@ -599,6 +623,7 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
     void *arg, struct error *err)
 {
 	char *mount = NULL, *storage = NULL;
+	json_t *network = NULL;
 	struct lifecycle_op *op;
 	struct sandbox *sb;
 	int port = 0;
@@ -618,24 +643,39 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 	}
 	if (check_environment(creq->environment, err) < 0)
 		return NULL;
+	if (creq->network != NULL) {
+		if (strcmp(creq->type->network, "bridge") != 0) {
+			error_set(err, 400, "network: type %s has no network to "
+			    "set a policy for", creq->type->name);
+			return NULL;
+		}
+		if (egress_network_check(creq->network, "network", &network,
+		    err) < 0)
+			return NULL;
+	}
 	if (creq->mount_dir != NULL &&
-	    workspace_check_mount(creq->mount_dir, &mount, err) < 0)
+	    workspace_check_mount(creq->mount_dir, &mount, err) < 0) {
+		json_decref(network);
 		return NULL;
+	}
 	if (creq->storage_path != NULL && (oss_enabled() ?
 	    oss_storage_path(creq->storage_path, NULL, &storage, err) :
 	    workspace_storage_path(creq->storage_path, &storage, err)) < 0) {
 		free(mount);
+		json_decref(network);
 		return NULL;
 	}
 	if (strcmp(creq->type->network, "bridge") == 0 &&
 	    (port = ports_alloc(sd.ports, err)) < 0) {
 		free(mount);
 		free(storage);
+		json_decref(network);
 		return NULL;
 	}
 
 	sb = sandbox_new(creq->type);
 	sb->port = port;
+	sb->network = network;
 	sb->for_pool = creq->for_pool;
 	if (creq->environment != NULL)
 		sb->environment = environment_strings(creq->environment);

@@ -63,6 +63,9 @@ void lifecycle_op_end(struct lifecycle_op *op);
 void lifecycle_notify_waiters(struct sandbox *sb, const struct error *err);
 
 /* lifecycle_create.c */
+/* Police op's sandbox (lifecycle_police), then wait for its agent; a
+ * failure fails op. */
+void lifecycle_police_then_wait(struct lifecycle_op *op);
 /* Wait for op's agent to answer (a create's, a start's), then end op. */
 void lifecycle_wait_healthy(struct lifecycle_op *op);
 /* op failed: a create undoes what it made, a start marks sb unhealthy;

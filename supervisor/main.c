@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "spawn.h"
@@ -257,6 +258,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	pool_stop();
 	health_stop();
 	sessions_stop();
+	api_e2b_timeouts_stop();
 	shutdown_began = sandboxd_now();
 	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
@@ -284,7 +286,7 @@ merged_routes(size_t *n)
 {
 	const struct http_route *(*const tables[])(size_t *) = {
 		api_agentscope_routes, api_rest_routes, api_desktop_routes,
-		api_mcp_routes,
+		api_mcp_routes, api_e2b_routes, api_e2b_router_routes,
 	};
 	struct http_route *all = NULL;
 	size_t i, k;
@@ -383,6 +385,10 @@ setup(int argc, char **argv)
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
 		return 1;
 	}
+	if (egress_init(sd.base, &sd.cfg, &err) < 0) {
+		fprintf(stderr, "sandboxd: %s\n", err.msg);
+		return 1;
+	}
 	sd.ports = ports_new(sd.cfg.port_lo, sd.cfg.port_hi);
 	sd.backend = backend_new(sd.cfg.deployment, sd.base, &sd.cfg, &err);
 	if (sd.backend == NULL) {
@@ -415,6 +421,7 @@ setup(int argc, char **argv)
 	}
 	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
+	api_e2b_timeouts_start();
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);
@@ -439,8 +446,13 @@ teardown(void)
 		event_free(shutdown_ev);
 	pool_stop();
 	health_stop();
+	api_e2b_timeouts_stop();
 	sessions_free();
 	desktop_relay_close_all();
+	for (struct sandbox *sb = sandbox_first(); sb != NULL;
+	    sb = sandbox_next(sb))
+		sb->egress = NULL;
+	egress_shutdown();
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);

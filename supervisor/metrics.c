@@ -15,6 +15,7 @@
 #include <event2/buffer.h>
 
 #include "backend.h"
+#include "egress.h"
 #include "oss.h"
 #include "xmalloc.h"
 
@@ -185,6 +186,7 @@ metrics_route(struct http_request *req, void *arg)
 	head(b, "sandboxd_connections", "gauge", "Open client connections.");
 	evbuffer_add_printf(b, "sandboxd_connections %zu\n",
 	    http_server_connections(sd.http));
+	egress_metrics(b);
 	oss_metrics(b);
 	http_reply_buffer(req, 200, "text/plain; version=0.0.4; charset=utf-8",
 	    b);

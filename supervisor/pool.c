@@ -202,11 +202,11 @@ pool_take_or_create(const struct create_request *creq, int from_pool,
 	/* Every instance's warm ones, taken atomically in Redis. */
 	if (shared_enabled() && from_pool && creq->mount_dir == NULL &&
 	    creq->storage_path == NULL && creq->environment == NULL &&
-	    pool_is_pooled(creq->type->name))
+	    creq->network == NULL && pool_is_pooled(creq->type->name))
 		return shared_take(creq, done, arg, err);
 	if (from_pool && creq->mount_dir == NULL &&
 	    creq->storage_path == NULL && creq->environment == NULL &&
-	    (sb = take(creq->type)) != NULL) {
+	    creq->network == NULL && (sb = take(creq->type)) != NULL) {
 		if (creq->meta != NULL)
 			json_object_update(sb->meta, creq->meta);
 		sandbox_changed(sb);

@@ -288,12 +288,31 @@ held_end_cb(struct http_request *req, void *arg)
 	start_upstream(p, body != NULL ? body : "", len, 0, 0, timeout);
 }
 
+static int
+listed(const char *const *names, const char *name)
+{
+	for (; names != NULL && *names != NULL; names++) {
+		if (strcasecmp(*names, name) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 void
 proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target)
 {
+	proxy_forward_with(req, sb, target, NULL);
+}
+
+void
+proxy_forward_with(struct http_request *req, struct sandbox *sb,
+    const char *target, const struct proxy_headers *h)
+{
+	const char *const *drop = h != NULL ? h->drop : NULL;
+	const char *const *add = h != NULL ? h->add : NULL;
 	struct proxy *p;
-	size_t n = 0, nh = http_request_header_count(req);
+	size_t n = 0, nh = http_request_header_count(req), nadd = 0;
 	int64_t clen = http_request_content_length(req);
 	int has_body;
 	struct error err;
@@ -310,14 +329,18 @@ proxy_forward(struct http_request *req, struct sandbox *sb,
 	p->agent_addr = xstrdup(sb->agent_addr);
 	p->target = xstrdup(target);
 	p->up_target = agent_target(sb, target);
-	p->headers = xcalloc(nh + 2, sizeof *p->headers);
+	while (add != NULL && add[nadd] != NULL)
+		nadd++;
+	p->headers = xcalloc(nh + nadd + 2, sizeof *p->headers);
 	for (size_t i = 0; i < nh; i++) {
 		const char *name, *value;
 
 		http_request_header_at(req, i, &name, &value);
-		if (!skip_header(name))
+		if (!skip_header(name) && !listed(drop, name))
 			p->headers[n++] = xasprintf("%s: %s", name, value);
 	}
+	for (size_t i = 0; i < nadd; i++)
+		p->headers[n++] = xstrdup(add[i]);
 	p->headers[n++] = xasprintf("Authorization: Bearer %s", sb->token);
 	http_request_on_close(req, client_gone_cb, p);
 	http_request_on_drain(req, reply_drain_cb, p);

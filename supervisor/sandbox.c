@@ -94,6 +94,12 @@ sandbox_ref(struct sandbox *sb)
 	sb->refs++;
 }
 
+int
+sandbox_has_network(const struct sandbox *sb)
+{
+	return sb->type != NULL && strcmp(sb->type->network, "bridge") == 0;
+}
+
 static void
 sandbox_free(struct sandbox *sb)
 {
@@ -108,6 +114,8 @@ sandbox_free(struct sandbox *sb)
 	free(sb->session);
 	json_decref(sb->meta);
 	json_decref(sb->environment);
+	json_decref(sb->network);
+	json_decref(sb->egress_view);
 	free(sb->last_error);
 	free(sb->model_text);
 	free(sb->owner);
@@ -366,6 +374,8 @@ sandbox_model(const struct sandbox *sb)
 	json_object_set_new(m, "state", json_string(state_names[sb->state]));
 	json_object_set_new(m, "created_at", json_integer((json_int_t)sb->created_at));
 	json_object_set_new(m, "updated_at", json_integer((json_int_t)sb->updated_at));
+	if (sb->egress_view != NULL)
+		json_object_set(m, "network", sb->egress_view);
 	if (sb->last_error != NULL && sb->state == SB_UNHEALTHY)
 		json_object_set_new(m, "error", json_string(sb->last_error));
 	/* Links that open the desktop alone, never the sandbox's token. */

@@ -11,7 +11,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "egress.h"
 #include "xmalloc.h"
 
 static struct sandbox_type **types;
@@ -105,6 +107,7 @@ type_free(struct sandbox_type *t)
 	free(t->image);
 	json_decref(t->environment);
 	free(t->network);
+	json_decref(t->egress);
 	config_list_free(&t->cap_add);
 	free(t->run_as);
 	free(t->tools);
@@ -381,6 +384,15 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		}
 		return set_string(v, &t->network, where, err);
 	}
+	if (strcmp(key, "egress") == 0) {
+		json_t *norm;
+
+		if (egress_network_check(v, where, &norm, err) < 0)
+			return -1;
+		json_decref(t->egress);
+		t->egress = norm;
+		return 0;
+	}
 	if (strcmp(key, "cap_add") == 0)
 		return string_list(v, &t->cap_add, where, err);
 	if (strcmp(key, "run_as") == 0)
@@ -412,9 +424,40 @@ set_field(struct sandbox_type *t, const char *key, json_t *v,
 		return 0;
 	}
 	error_set(err, 400, "%s: unknown field (image, environment, memory, "
-	    "cpus, pids, network, cap_add, run_as, tools, mcp_config, agent_args, "
-	    "entrypoint, tool_names, timeout, desktop, from)", where);
+	    "cpus, pids, network, egress, cap_add, run_as, tools, mcp_config, "
+	    "agent_args, entrypoint, tool_names, timeout, desktop, from)",
+	    where);
 	return -1;
+}
+
+/* With a network, the egress policy lives in the sandbox's namespace:
+ * CAP_NET_ADMIN would let its root flush it, CAP_NET_RAW send past it
+ * (packet sockets skip the namespace's filter). */
+static int
+check_network_caps(const struct sandbox_type *t, const char *source,
+    struct error *err)
+{
+	static const char *const refused[] = { "NET_ADMIN", "NET_RAW" };
+
+	if (strcmp(t->network, "bridge") != 0)
+		return 0;
+	for (size_t i = 0; i < t->cap_add.n; i++) {
+		const char *c = t->cap_add.v[i];
+
+		if (strncasecmp(c, "CAP_", 4) == 0)
+			c += 4;
+		for (size_t j = 0; j < sizeof refused / sizeof *refused; j++) {
+			if (strcasecmp(c, refused[j]) == 0 ||
+			    strcasecmp(c, "ALL") == 0) {
+				error_set(err, 400, "%s: type %s: cap_add %s is "
+				    "refused with a network: the sandbox could "
+				    "undo or bypass its egress policy", source,
+				    t->name, t->cap_add.v[i]);
+				return -1;
+			}
+		}
+	}
+	return 0;
 }
 
 static void
@@ -428,6 +471,8 @@ copy_type(struct sandbox_type *dst, const struct sandbox_type *src)
 	dst->pids = src->pids;
 	free(dst->network);
 	dst->network = xstrdup(src->network);
+	json_decref(dst->egress);
+	dst->egress = json_incref(src->egress);
 	for (size_t i = 0; i < src->cap_add.n; i++)
 		config_list_add(&dst->cap_add, src->cap_add.v[i]);
 	free(dst->run_as);
@@ -490,7 +535,7 @@ define(const char *name, json_t *def, const char *source, const char *registry,
 		if (set_field(t, key, v, where, err) < 0)
 			return -1;
 	}
-	return 0;
+	return check_network_caps(t, source, err);
 }
 
 int

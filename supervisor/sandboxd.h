@@ -17,6 +17,9 @@
  * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
  * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
  * api.c (what both APIs share), defer.c (the callback contract),
+ * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
+ * (E2B's API: the control routes under /e2b, its list, sandbox traffic
+ * routed by header, E2B's fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
  * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker) +
  * backend_crun*.c + image_store.c (crun, no daemon),
@@ -123,6 +126,11 @@ struct sandboxd_config {
 	long shutdown_parallel;		/* the same while shutdown removes */
 	long remove_parallel;		/* of them, container stops/removes */
 	double shutdown_timeout;	/* then exit, leaving the rest */
+	char *network;			/* SANDBOXD_NETWORK: NULL, Docker's */
+	char *egress_dns;		/* upstream name servers; NULL: the
+					 * host's */
+	char *egress_allow;		/* lists every sandbox has */
+	char *egress_deny;
 	char *log_level;
 	int access_log;
 	long max_connections;		/* client connections; 0: the default */
@@ -132,11 +140,13 @@ struct sandboxd_config {
 	char *oss_region;		/* SigV4's region */
 	char *oss_addressing;		/* path, virtual or auto */
 	long oss_parallel;		/* files of a workspace at once */
+	char *e2b_templates;		/* E2B template=type,... */
 
 	/* Derived by validation. */
 	int port_lo, port_hi;
 	struct config_list pool_types;
 	struct config_list allowed_mounts;	/* absolute, canonical */
+	struct config_list e2b_aliases;		/* "template=type" each */
 	struct ro_mount *ro_mounts;
 	size_t nro_mounts;
 };
@@ -149,6 +159,8 @@ int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
 int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
 void sandboxd_config_usage(FILE *f);
 void sandboxd_config_free(struct sandboxd_config *cfg);
+/* Append the non-empty, trimmed parts of a comma list to out. */
+void sandboxd_split_list(const char *s, struct config_list *out);
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
@@ -163,6 +175,8 @@ struct sandbox_type {
 	int64_t nano_cpus;		/* 1e9 per CPU; 0: no limit */
 	int64_t pids;			/* 0: no limit */
 	char *network;			/* "none" or "bridge" */
+	json_t *egress;			/* bridge: its checked network object
+					 * (egress.h), or NULL */
 	struct config_list cap_add;	/* on top of CapDrop ALL */
 	/* "UID:GID" commands run as (AGENT_RUN_AS), which also grants the
 	 * agent the capabilities to switch to it and owns the workspace;
@@ -258,6 +272,12 @@ struct sandbox {
 	char *session;			/* session_ctx_id or NULL */
 	json_t *meta;			/* object */
 	json_t *environment;		/* object given at create, or NULL */
+	json_t *network;		/* its own egress lists (checked), or
+					 * NULL: the type's */
+	struct egress *egress;		/* its policy enforced; NULL: none
+					 * (no network, or not yet) */
+	json_t *egress_view;		/* the policy its model shows, set
+					 * with egress; NULL: none */
 	double timeout;
 
 	enum sandbox_state state;
@@ -270,6 +290,10 @@ struct sandbox {
 	 * monotonic clock (0: none yet). */
 	uint64_t cpu_ns;
 	double cpu_at;
+	/* When E2B's timeout ends it, on the monotonic clock; 0: none known
+	 * here (api_e2b_sandbox.c derives it from the wall-clock end its
+	 * record keeps, in meta.e2b, after a restart or a take elsewhere). */
+	double ends_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
 	 * instance owns it (a mirror record), NULL when we do; the fields
@@ -299,6 +323,8 @@ const char *sandbox_state_name(enum sandbox_state state);
 int sandbox_check_callable(const struct sandbox *sb, struct error *err);
 /* Counts toward MAX_SANDBOX_INSTANCES (a container may exist). */
 int sandbox_state_live(enum sandbox_state state);
+/* Whether sb's type gives it a network (and so an egress policy). */
+int sandbox_has_network(const struct sandbox *sb);
 /* A new record (CREATING), listed. Holds the list's reference. */
 struct sandbox *sandbox_new(const struct sandbox_type *type);
 void sandbox_ref(struct sandbox *sb);
@@ -367,9 +393,20 @@ struct create_request {
 	const char *storage_path;	/* NULL: <id> under STORAGE_FOLDER */
 	json_t *environment;		/* borrowed; object or NULL */
 	json_t *meta;			/* borrowed; object or NULL */
+	json_t *network;		/* borrowed; egress lists or NULL */
 	const char *session;		/* borrowed */
 	int for_pool;
 };
+
+/* lifecycle_network.c: a sandbox's egress policy (egress.h). */
+/* Police sb's network namespace with its policy (the type's, its own
+ * lists): done(sb, NULL) once the rules are in, or done(sb, err). A
+ * sandbox without a network: done at once (after the return). */
+void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* Replace sb's own lists (a checked network object, taken) live: done once
+ * they hold. 409 when it is not running or a change is under way. */
+void lifecycle_set_network(struct sandbox *sb, json_t *network,
+    sandbox_done_cb done, void *arg);
 
 /* Start creating. Input and capacity errors come back at once (NULL, err:
  * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
@@ -561,6 +598,16 @@ void agent_relay(struct http_request *req, struct sandbox *sb,
 /* Forward req (method, query, headers, body) to path on sb's agent. */
 void proxy_forward(struct http_request *req, struct sandbox *sb,
     const char *target);
+/* What a forward changes in the headers beyond the hop-by-hop ones and
+ * Authorization (always dropped, the agent's token put in): more names
+ * to drop, and "Name: value" lines to add. Both NULL-terminated, may be
+ * NULL, borrowed for the call. */
+struct proxy_headers {
+	const char *const *drop;
+	const char *const *add;
+};
+void proxy_forward_with(struct http_request *req, struct sandbox *sb,
+    const char *target, const struct proxy_headers *h);
 void proxy_route(struct http_request *req, void *arg);
 /* Whether req may use sb: the BEARER_TOKEN or sb's own token. */
 int proxy_authorized(struct http_request *req, const struct sandbox *sb);
@@ -588,6 +635,11 @@ const struct http_route *api_agentscope_routes(size_t *n);
 const struct http_route *api_rest_routes(size_t *n);
 const struct http_route *api_desktop_routes(size_t *n);
 const struct http_route *api_mcp_routes(size_t *n);
+const struct http_route *api_e2b_routes(size_t *n);
+const struct http_route *api_e2b_router_routes(size_t *n);
+/* api_e2b_sandbox.c: E2B's timeouts run from start to shutdown. */
+void api_e2b_timeouts_start(void);
+void api_e2b_timeouts_stop(void);
 
 /* desktop_token.c: the tokens of desktop links, derived from the
  * sandbox's token; the access one grants. */

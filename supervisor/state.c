@@ -136,6 +136,8 @@ record(const struct sandbox *sb)
 	if (sb->session != NULL)
 		json_object_set_new(r, "session", json_string(sb->session));
 	json_object_set_new(r, "meta", json_incref(sb->meta));
+	if (sb->network != NULL)
+		json_object_set_new(r, "network", json_incref(sb->network));
 	json_object_set_new(r, "state",
 	    json_string(sandbox_state_name(sb->state)));
 	json_object_set_new(r, "for_pool", json_boolean(sb->for_pool));

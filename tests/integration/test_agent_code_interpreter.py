@@ -225,6 +225,20 @@ def test_env_vars_are_set_for_one_run(agent):
         assert r.status_code == 400, (bad, r.text)
 
 
+def test_the_sandboxs_variables_are_in_every_run(agent):
+    """What envd's /init set (E2B's envVars at create) is in the
+    environment of every run, in every context; a run's env_vars win."""
+    r = agent.post("/envd/init", {"envVars": {"SBX_ALL": "all",
+                                               "SBX_OVER": "sandbox"}})
+    assert r.status_code == 204, r.text
+    ctx = create(agent)
+    code = "import os\nprint(os.environ['SBX_ALL'], os.environ['SBX_OVER'])"
+    assert ok(agent, code).stdout == ["all sandbox\n"]
+    assert ok(agent, code, context_id=ctx["id"]).stdout == ["all sandbox\n"]
+    ex = ok(agent, code, env_vars={"SBX_OVER": "run"})
+    assert ex.stdout == ["all run\n"]
+
+
 def test_contexts_are_isolated(agent, tmp_path):
     [default] = contexts(agent)
     assert default["language"] == "python"

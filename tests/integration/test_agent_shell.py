@@ -9,6 +9,7 @@ import pytest
 import requests
 
 from conftest import result_texts
+from test_hostile_process import alive
 
 
 def test_healthz_needs_token(agent):
@@ -192,14 +193,6 @@ def _raw_post(port, body):
     return s
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_kills_the_command(agent, tmp_workspace, stream):
     marker = os.path.join(tmp_workspace, "pid")
@@ -210,12 +203,12 @@ def test_disconnect_kills_the_command(agent, tmp_workspace, stream):
                                       or len(open(marker).read().split()) < 2):
         time.sleep(0.05)
     pids = [int(p) for p in open(marker).read().split()]
-    assert all(_alive(p) for p in pids)
+    assert all(alive(p) for p in pids)
     s.close()
     deadline = time.time() + 5
-    while time.time() < deadline and any(_alive(p) for p in pids):
+    while time.time() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
 
 
 def test_fifty_concurrent_commands_and_healthz(agent):

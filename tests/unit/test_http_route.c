@@ -75,6 +75,47 @@ test_longest_prefix_wins(void **state)
 	assert_ptr_equal(find(GET, "/proxy/", &mismatch), &routes[0]);
 }
 
+/* A router keyed on a header: its "path" is the header's name. */
+static const struct http_route header_routes[] = {
+	{ GET, "/healthz", EXACT, 0, NULL, 0 },			/* 0 */
+	{ POST, "X-Post-Only", HTTP_MATCH_HEADER, 0, NULL, 0 },	/* 1 */
+	{ GET | POST, "X-Route", HTTP_MATCH_HEADER, 0, NULL, 0 },	/* 2 */
+};
+
+static int
+has_header(void *arg, const char *name)
+{
+	for (const char *const *h = arg; *h != NULL; h++) {
+		if (strcmp(*h, name) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static void
+test_header_routes(void **state)
+{
+	const char *const none[] = { NULL };
+	const char *const both[] = { "X-Post-Only", "X-Route", NULL };
+	int mismatch;
+
+	(void)state;
+	/* Never by path, even one spelling the header's name. */
+	assert_null(http_route_find(header_routes, 3, GET, "X-Route",
+	    &mismatch));
+	assert_ptr_equal(http_route_find(header_routes, 3, GET, "/healthz",
+	    &mismatch), &header_routes[0]);
+	assert_null(http_route_find_header(header_routes, 3, GET, has_header,
+	    (void *)none));
+	/* The first whose method fits; before any path route. */
+	assert_ptr_equal(http_route_find_header(header_routes, 3, GET,
+	    has_header, (void *)both), &header_routes[2]);
+	assert_ptr_equal(http_route_find_header(header_routes, 3, POST,
+	    has_header, (void *)both), &header_routes[1]);
+	assert_null(http_route_find_header(header_routes, 3, PUT, has_header,
+	    (void *)both));
+}
+
 static void
 test_prefix_boundary(void **state)
 {
@@ -290,6 +331,7 @@ main(void)
 		cmocka_unit_test(test_exact_beats_prefix),
 		cmocka_unit_test(test_longest_prefix_wins),
 		cmocka_unit_test(test_prefix_boundary),
+		cmocka_unit_test(test_header_routes),
 		cmocka_unit_test(test_prefix_ending_in_slash),
 		cmocka_unit_test(test_method_mismatch),
 		cmocka_unit_test(test_method_mismatch_on_exact_falls_back_to_prefix),

@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/ioprio.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +30,7 @@
 #include <event2/event.h>
 
 #include "spawn.h"
+#include "spawn_internal.h"
 #include "xmalloc.h"
 
 /* A guard against hanging forever, far above anything a test needs; not a
@@ -798,99 +798,163 @@ test_reaper_reaps_orphans(void **state)
 	wait_gone(pid);
 }
 
-/* The process is stopped: a signal is delivered after kill returns. */
-static int
-pid_stopped(void *arg)
-{
-	char path[64], stat[512], *p;
-	ssize_t n;
-	int fd;
+/* spawn_start_via's other process, as the shell template is one: a child
+ * of ours that makes the keeper our child (CLONE_PARENT) after delay_ms,
+ * and exits; the keeper tells its pid, then runs o's program as any
+ * keeper. With no_keeper it makes none: the reports end untold. The
+ * program gets pass_fd, if above 0, as its 3. */
+struct via {
+	int delay_ms;
+	int no_keeper;
+	int pass_fd;
+	const struct spawn_options *o;
+	pid_t helper;
+};
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)*(pid_t *)arg);
-	if ((fd = open(path, O_RDONLY)) < 0)
-		return 0;
-	n = read(fd, stat, sizeof stat - 1);
-	close(fd);
-	stat[n > 0 ? n : 0] = '\0';
-	return (p = strrchr(stat, ')')) != NULL && p[1] == ' ' && p[2] == 'T';
+static int
+via_start(const int fds[3], int report_fd, void *arg)
+{
+	struct via *v = arg;
+	struct spawn_msg msg = { SPAWN_MSG_KEEPER, 0 };
+	struct timespec delay = { 0, v->delay_ms * 1000000L };
+	sigset_t all;
+	pid_t cmd;
+
+	v->helper = fork();
+	if (v->helper != 0)
+		return v->helper < 0 ? -1 : 0;
+	nanosleep(&delay, NULL);
+	if (v->no_keeper || syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0,
+	    0, 0) != 0)
+		_exit(0);
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	spawn_keeper_begin();
+	msg.value = getpid();
+	if (write(report_fd, &msg, sizeof msg) != (ssize_t)sizeof msg)
+		_exit(127);
+	if ((cmd = fork()) == 0)
+		spawn_child_exec(v->o, fds, report_fd, 1);
+	spawn_keeper_run(cmd, report_fd);
 }
 
-enum spoil { SPOIL_STOP, SPOIL_NOFILE, SPOIL_NICE, SPOIL_CPUS,
-    SPOIL_SCHED_IDLE, SPOIL_IOPRIO, SPOILS };
-
-/* What any process of the same user may do to pid, one way; 0 if it
- * changes nothing here (one CPU, or already so). */
-static int
-spoil(pid_t pid, enum spoil how)
+/* sh -c script in its own group through a helper as v says; the caller
+ * frees. */
+static struct spawn *
+start_via(struct via *v, const char *script, struct run *r)
 {
-	struct rlimit rl = { 4, 4 };
-	struct sched_param none = { 0 };
-	int nice = getpriority(PRIO_PROCESS, 0);
-	cpu_set_t cpus;
+	static struct spawn_options o;
+	struct error err = { 0 };
+	struct spawn *sp;
 
-	switch (how) {
-	case SPOIL_STOP:
-		if (kill(pid, SIGSTOP) < 0)
-			return 0;
-		loop_until(pid_stopped, &pid);
-		return 1;
-	case SPOIL_NOFILE:
-		return prlimit(pid, RLIMIT_NOFILE, &rl, NULL) == 0;
-	case SPOIL_NICE:
-		return nice < 19 && setpriority(PRIO_PROCESS, pid, nice + 1) == 0;
-	case SPOIL_CPUS:
-		if (sched_getaffinity(pid, sizeof cpus, &cpus) < 0 ||
-		    CPU_COUNT(&cpus) < 2)
-			return 0;
-		for (int cpu = 0; ; cpu++) {
-			if (CPU_ISSET(cpu, &cpus)) {
-				CPU_CLR(cpu, &cpus);
-				break;
-			}
-		}
-		return sched_setaffinity(pid, sizeof cpus, &cpus) == 0;
-	case SPOIL_SCHED_IDLE:
-		return sched_getscheduler(0) != SCHED_IDLE &&
-		    sched_setscheduler(pid, SCHED_IDLE, &none) == 0;
-	case SPOIL_IOPRIO:
-		return syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) !=
-		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) &&
-		    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, pid,
-		    IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)) == 0;
-	case SPOILS:
-		break;
+	o = sh_options(script);
+	o.new_group = 1;
+	if (v->pass_fd > 0) {
+		o.pass_fds = &v->pass_fd;
+		o.npass_fds = 1;
 	}
-	return 0;
+	v->o = &o;
+	sp = spawn_start_via(base, &o, via_start, v, &exit_only, r, &err);
+	if (sp == NULL)
+		fail_msg("spawn_start_via: %d %s", err.status, err.msg);
+	return sp;
+}
+
+/* The spawn ended as status says it would; freed, and its helper gone. */
+static void
+assert_via_ended(struct spawn *sp, struct via *v, struct run *r,
+    int (*status)(int))
+{
+	loop_until(run_done, r);
+	assert_true(status(r->status));
+	spawn_free(sp);
+	wait_gone(v->helper);
+}
+
+static int
+exited_3(int status)
+{
+	return WIFEXITED(status) && WEXITSTATUS(status) == 3;
+}
+
+static int
+killed(int status)
+{
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
 static void
-test_untouched_until_spoilt(void **state)
+test_via_runs_as_any_spawn(void **state)
 {
-	struct spawn_options o = sh_options("exec sleep 100");
+	struct via v = { .delay_ms = 0 };
 	struct run r = { 0 };
 	struct spawn *sp;
 
 	(void)state;
-	o.new_group = 1;
-	for (int how = 0; how < SPOILS; how++) {
-		sp = start(&o, &exit_only, &r);
-		assert_true(spawn_untouched(sp));
-		if (spoil(spawn_pid(sp), (enum spoil)how))
-			assert_false(spawn_untouched(sp));
-		else
-			print_message("spoil %d changes nothing here\n", how);
-		spawn_free(sp);
-	}
-	/* Gone, or with no keeper to know it by: not to be used. */
-	sp = start(&o, &exit_only, &r);
-	kill(spawn_pid(sp), SIGKILL);
+	sp = start_via(&v, "echo out; echo err >&2; exit 3", &r);
 	loop_until(run_done, &r);
-	assert_false(spawn_untouched(sp));
-	spawn_free(sp);
-	o.new_group = 0;
-	sp = start(&o, &exit_only, &r);
-	assert_false(spawn_untouched(sp));
-	spawn_free(sp);
+	assert_output(sp, 1, "out\n");
+	assert_output(sp, 2, "err\n");
+	assert_true(spawn_pid(sp) > 0);
+	assert_via_ended(sp, &v, &r, exited_3);
+}
+
+/* A kill asked for before the keeper told its pid is done when it does:
+ * the whole tree ends. */
+static void
+test_via_killed_before_its_keeper_is_known(void **state)
+{
+	struct via v = { .delay_ms = 200 };
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	sp = start_via(&v, "exec sleep 100", &r);
+	assert_int_equal(spawn_pid(sp), 0);
+	spawn_kill(sp, SIGKILL);
+	assert_via_ended(sp, &v, &r, killed);
+}
+
+/* A non-blocking pipe's end of file (every writer gone), read to it as
+ * the loop runs. */
+static int
+pipe_ended(void *arg)
+{
+	char buf[64];
+
+	return read(*(int *)arg, buf, sizeof buf) == 0;
+}
+
+/* Freed before its keeper told its pid: the keeper, once known, is told
+ * to end the tree. The command holds a pipe (and waits), which ends once
+ * it, the keeper and the helper have all gone. */
+static void
+test_via_freed_before_its_keeper_is_known(void **state)
+{
+	struct via v = { .delay_ms = 200 };
+	struct run r = { 0 };
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	v.pass_fd = p[1];
+	spawn_free(start_via(&v, "exec sleep 100", &r));
+	close(p[1]);
+	loop_until(pipe_ended, &p[0]);
+	close(p[0]);
+	wait_gone(v.helper);
+	assert_int_equal(r.exit_calls, 0);
+}
+
+/* No keeper ever came: the spawn ends as killed. */
+static void
+test_via_with_no_keeper_ends(void **state)
+{
+	struct via v = { .no_keeper = 1 };
+	struct run r = { 0 };
+
+	(void)state;
+	assert_via_ended(start_via(&v, "true", &r), &v, &r, killed);
 }
 
 /* A setup: runs in the child before the exec, a system call only. */
@@ -1047,7 +1111,10 @@ main(void)
 		cmocka_unit_test(test_free_kills_running_child),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_reaper_reaps_orphans),
-		cmocka_unit_test(test_untouched_until_spoilt),
+		cmocka_unit_test(test_via_runs_as_any_spawn),
+		cmocka_unit_test(test_via_killed_before_its_keeper_is_known),
+		cmocka_unit_test(test_via_freed_before_its_keeper_is_known),
+		cmocka_unit_test(test_via_with_no_keeper_ends),
 		cmocka_unit_test(test_setup_runs_in_the_child),
 		cmocka_unit_test(test_setup_failure_fails_the_spawn),
 		cmocka_unit_test(test_orphans_are_told_with_their_status),

@@ -7,6 +7,11 @@
 #
 # Knobs: BENCH_SHELL_N requests per figure (1000), BENCH_SHELL_GAP_US the
 # pause of the paced client between calls (20000).
+#
+# CPU time per call: user and system time of the server's process tree
+# over the back-to-back "echo hi" figure, from /proc: the server and its
+# children alive at the end (the agent's shell template), with what their
+# reaped children used (keepers and commands; the reference's shells).
 
 SHELL_N=${BENCH_SHELL_N:-1000}
 SHELL_GAP_US=${BENCH_SHELL_GAP_US:-20000}
@@ -50,13 +55,27 @@ shell_p() {
 	echo "$(field p50_us "$out") $(field p99_us "$out")"
 }
 
+# tree_ticks PID: clock ticks of PID's process tree, as the note above.
+tree_ticks() {
+	local p t=0
+	for p in "$1" $(pgrep -P "$1"); do
+		t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+
 # shell_pair LABEL TARGET_P50_US BODY [httplat options]: ours, the
-# reference, their ratio (the reference's p50 over ours).
+# reference, their ratio (the reference's p50 over ours). Each server's
+# CPU ticks over its run go to OURS_TICKS and REF_TICKS.
 shell_pair() {
-	local label=$1 target=$2 body=$3 ours ref ratio
+	local label=$1 target=$2 body=$3 ours ref ratio t0
 	shift 3
+	t0=$(tree_ticks "$AGENT_PID")
 	ours=$(shell_p "$SHELL_OURS" "$body" "$@")
+	OURS_TICKS=$(($(tree_ticks "$AGENT_PID") - t0))
+	t0=$(tree_ticks "$REF_PID")
 	ref=$(shell_p "$SHELL_REF" "$body" "$@")
+	REF_TICKS=$(($(tree_ticks "$REF_PID") - t0))
 	if [ -z "$ours" ] || [ -z "$ref" ]; then
 		row "$label" "error"
 		fail "$label failed"
@@ -79,19 +98,33 @@ shell_pair() {
 	fi
 }
 
+# cpu_rows CALLS: the last pair's CPU time per call, ours and the
+# reference's.
+cpu_rows() {
+	local hz
+	hz=$(getconf CLK_TCK)
+	row "  CPU time per call, ours (server's tree)" \
+		"$(awk -v t="$OURS_TICKS" -v n="$1" -v hz="$hz" \
+		'BEGIN { printf "%.0f us", t * 1e6 / hz / n }')"
+	row "  CPU time per call, the reference's" \
+		"$(awk -v t="$REF_TICKS" -v n="$1" -v hz="$hz" \
+		'BEGIN { printf "%.0f us", t * 1e6 / hz / n }')"
+}
+
 section_shell() {
 	local ws body rss rss_idle kids pss
 	TOKEN=bench-$(od -An -tx8 -N8 /dev/urandom | tr -d ' ')
 	AUTH="Authorization: Bearer $TOKEN"
 	ws="$TMP/shell-ws"
 	mkdir -p "$ws"
-	heading "run_shell_command: the agent (2 spare shells, seccomp on) vs the reference ($SHELL_N calls a figure)"
+	heading "run_shell_command: the agent (shell template, seccomp on) vs the reference ($SHELL_N calls a figure)"
 	SHELL_OURS=$(free_port)
 	agent_start "$SHELL_OURS" "$ws"
 	SHELL_REF=$(free_port)
 	ref_start "$SHELL_REF" "$ws"
 	local warm="-w 50 -n $SHELL_N"
 	shell_pair '"echo hi", back to back' 500 '{"command": "echo hi"}' $warm
+	cpu_rows $((SHELL_N + 50))
 	shell_pair "\"echo hi\", paced ($((SHELL_GAP_US / 1000)) ms between calls)" 500 \
 		'{"command": "echo hi"}' -w 10 -n $((SHELL_N / 4)) -g "$SHELL_GAP_US"
 	body=$(/usr/bin/python3 -c 'import json, sys; print(json.dumps({"command": sys.argv[1]}))' \
@@ -102,7 +135,9 @@ section_shell() {
 		-w 10 -n $((SHELL_N / 4))
 	shell_pair '"echo hi", 16 callers at once' "" '{"command": "echo hi"}' \
 		-w 5 -n "$SHELL_N" -C 16
-	# Idle cost of the spares: the agent's processes but itself.
+	cpu_rows $((SHELL_N + 5 * 16))
+	# Idle cost of the shell template: the agent's processes but itself
+	# (the template and its keepers) and theirs (waiting commands).
 	sleep 1
 	kids=$(pgrep -P "$AGENT_PID" | tr '\n' ' ')
 	rss=0
@@ -111,7 +146,7 @@ section_shell() {
 		rss=$((rss + $(awk '/^Rss:/ { print $2 }' "/proc/$k/smaps_rollup")))
 		pss=$((pss + $(awk '/^Pss:/ { print $2 }' "/proc/$k/smaps_rollup")))
 	done
-	row "idle cost of the spares (keepers + shells): RSS" \
+	row "idle cost of the template (+ waiting pairs): RSS" \
 		"$(awk -v k="$rss" 'BEGIN { printf "%.2f MiB", k / 1024 }')"
 	row "  the same as PSS (shared pages split)" \
 		"$(awk -v k="$pss" 'BEGIN { printf "%.2f MiB", k / 1024 }')"

@@ -1,8 +1,12 @@
-"""run_shell_command in spare shells (agent/shell_spare.c): each semantic of
-`bash -c` the issue lists, compared with bash -c itself run here in the
-same workspace; no state from one call to the next; a burst beyond the
-spares; a replaced workspace; and a background job of one call that tries
-to reach the spare of the next (--run-as)."""
+"""run_shell_command forked from the shell template (agent/shell_template.c,
+agent/bash/shell_template_bash.c): each semantic of `bash -c`, compared
+with bash -c itself, run here in the same workspace or by an agent without
+the template (--shell-template false, the same environment and user);
+what bash sets at its start ($$, PPID, the user's ids, every variable and
+option), the process a command is (ids, capabilities, seccomp, limits);
+no state from one call to the next; a burst; a replaced workspace; a
+template or waiting pair killed; and a background job of one call that
+tries to reach the next (--run-as)."""
 import concurrent.futures
 import os
 import re
@@ -14,37 +18,35 @@ import pytest
 
 from conftest import SYSTEM_PYTHON, result_texts
 
-SPARE_RE = re.compile(r"command (\d+) runs in a spare shell")
+FORKED_RE = re.compile(r"command forked from the shell template")
+READY_RE = re.compile(r"shell template ready \(pid (\d+)\)")
 
 
-def spare_agent(start_agent, *args):
-    a = start_agent("--log-level", "debug", *args)
-    wait_spares(a)
+def template_agent(start_agent, *args, **kw):
+    a = start_agent("--log-level", "debug", *args, **kw)
+    wait_template(a)
     return a
 
 
-def wait_spares(agent, timeout=10):
-    """Until a command runs in a spare (they start in the background)."""
+def wait_template(agent, timeout=10):
+    """Until the template is ready (it starts in the background)."""
     deadline = time.time() + timeout
-    while time.time() < deadline:
-        before = len(SPARE_RE.findall(agent.read_log()))
-        agent.shell("true")
-        if len(SPARE_RE.findall(agent.read_log())) > before:
-            return
-        time.sleep(0.05)
-    raise AssertionError("no command ran in a spare shell")
+    while not READY_RE.search(agent.read_log()):
+        assert time.time() < deadline, agent.read_log()
+        time.sleep(0.02)
 
 
-def in_spare(agent, command, **extra):
-    """Run command; assert a spare ran it (waiting for one to be ready)."""
-    deadline = time.time() + 10
-    while True:
-        before = len(SPARE_RE.findall(agent.read_log()))
-        res = agent.shell(command, **extra)
-        if len(SPARE_RE.findall(agent.read_log())) > before:
-            return result_texts(res)
-        assert time.time() < deadline, "no spare was ready"
-        time.sleep(0.1)
+def template_pid(agent):
+    return int(READY_RE.findall(agent.read_log())[-1])
+
+
+def in_template(agent, command, **extra):
+    """Run command; assert the template forked it."""
+    before = len(FORKED_RE.findall(agent.read_log()))
+    res = agent.shell(command, **extra)
+    assert len(FORKED_RE.findall(agent.read_log())) == before + 1, \
+        agent.read_log()[-2000:]
+    return result_texts(res)
 
 
 def default_signals():
@@ -108,18 +110,19 @@ SEMANTICS = {
 
 
 @pytest.mark.parametrize("name", sorted(SEMANTICS))
-def test_spare_behaves_as_bash_c(start_agent, tmp_workspace, name):
-    a = spare_agent(start_agent)
+def test_template_behaves_as_bash_c(start_agent, tmp_workspace, name):
+    a = template_agent(start_agent)
     command = SEMANTICS[name]
-    got = in_spare(a, command)
+    got = in_template(a, command)
     want = bash_c(command, tmp_workspace)
     # bash names itself as invoked: /bin/bash in the agent, as here.
     assert got == want, (command, got, want)
 
 
 # Texts written to get out of a parse check that wraps them (a function
-# body, a group): what they do, output and files, must be what bash -c
-# does with them, and nothing of them may run before or besides that.
+# body, a group), as the spare shells had: what they do, output and
+# files, must be what bash -c does with them, and nothing of them may run
+# before or besides that.
 HOSTILE_SHAPES = {
     "brace_closes_early": "echo one\n}\necho two >> side_effect.txt; "
                           "echo two\n{ :",
@@ -164,55 +167,103 @@ def workspace_files(ws):
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_SHAPES))
 def test_hostile_text_behaves_as_bash_c(start_agent, tmp_workspace, name):
-    a = spare_agent(start_agent)
+    a = template_agent(start_agent)
     command = HOSTILE_SHAPES[name]
-    deadline = time.time() + 10
-    while True:
-        workspace_files(tmp_workspace)
-        before = len(SPARE_RE.findall(a.read_log()))
-        got = result_texts(a.shell(command))
-        if len(SPARE_RE.findall(a.read_log())) > before:
-            break
-        assert time.time() < deadline, "no spare was ready"
-        time.sleep(0.1)
+    workspace_files(tmp_workspace)
+    got = in_template(a, command)
     got_files = workspace_files(tmp_workspace)
     want = bash_c(command, tmp_workspace)
     want_files = workspace_files(tmp_workspace)
     assert (got, got_files) == (want, want_files), command
 
 
-def test_spare_runs_in_its_own_group_as_a_fresh_shell(start_agent):
-    a = spare_agent(start_agent)
-    out = in_spare(a, "ps -o pid=,pgid= -p $$; echo $SHLVL")["stdout"]
+def test_template_command_runs_in_its_own_group_as_a_fresh_shell(
+        start_agent):
+    a = template_agent(start_agent)
+    out = in_template(a, "ps -o pid=,pgid= -p $$; echo $SHLVL")["stdout"]
     pid, pgid = out.split()[:2]
     assert pid == pgid
     assert out.split()[2] == result_texts(
         a.shell("echo $SHLVL", timeout=30))["stdout"].strip()
 
 
+# What bash sets at its start and what the process is, as a command sees
+# them: values that differ from one process to the next are shown by what
+# they are ($$ the shell's pid, PPID its parent's, whose parent is the
+# agent; RANDOM and the clocks masked), all else as it is.
+START_PROBE = r"""
+read -ra s </proc/$$/stat; read -ra k </proc/$PPID/stat
+echo "\$\$ is me: $(( s[0] == $$ && BASHPID == $$ ))," \
+     "PPID is my parent: $(( s[3] == PPID ))," \
+     "whose parent is $(cat /proc/${k[3]}/comm)," \
+     "my group: $(( s[4] == $$ )), a subshell: $( echo $(( BASHPID != $$ )) )"
+echo "SHLVL=$SHLVL BASH_SUBSHELL=$BASH_SUBSHELL flags=$- \$0=$0 \$#=$#"
+echo "nice ${s[18]} policy ${s[40]}"
+unset s k
+set -o; shopt; trap -p; ulimit -Sa; ulimit -Ha; umask; umask -S
+declare -p | sed -E 's/^(declare -[^ ]+ (BASHPID|PPID|RANDOM|SRANDOM|SECONDS|EPOCHSECONDS|EPOCHREALTIME))=.*/\1=X/'
+declare -f; alias; hash; jobs -l; dirs; enable -a | md5sum
+cat /proc/$$/oom_score_adj
+grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp(_filters)?|Sig(Blk|Ign|Cgt)|Cpus_allowed_list|Threads|TracerPid):' /proc/$$/status
+fds=(/proc/$$/fd/*); echo "fds ${fds[*]##*/}"; unset fds
+[ -c /proc/$$/fd/0 ] && [ -p /proc/$$/fd/1 ] && [ -p /proc/$$/fd/2 ] && echo stdio
+id; [ -O . ] && echo owner; [ -G /etc/passwd ] && echo group-of-passwd
+test -r /etc/shadow && echo shadow-readable
+echo "$HOME $SHELL ${PS4@Q} $UID $EUID ${GROUPS[*]} $USER $LOGNAME"
+"""
+
+
+@pytest.mark.parametrize("user", ["root", "run-as"])
+def test_template_starts_as_bash_c(start_agent, tmp_workspace, user):
+    """Everything bash sets at its start and everything the process is,
+    against the same agent without the template: the plain path, a
+    bash -c executed for the command (same environment, user, workspace).
+    Nothing of the template's shows: no variable, function, builtin,
+    option or descriptor of its own."""
+    args = ()
+    if user == "run-as":
+        if os.geteuid() != 0:
+            pytest.fail("this test needs root, as the agent in a "
+                        "container has")
+        os.chmod(os.path.dirname(tmp_workspace), 0o711)
+        os.chmod(tmp_workspace, 0o777)
+        args = ("--run-as", "65534:65534")
+    a = template_agent(start_agent, *args)
+    plain = start_agent("--shell-template", "false", *args)
+    got = in_template(a, START_PROBE)
+    want = result_texts(plain.shell(START_PROBE))
+    assert got["stdout"].startswith("$$ is me: 1, PPID is my parent: 1, "
+                                    "whose parent is sandbox-agent, my "
+                                    "group: 1, a subshell: 1\n"), got
+    import difflib
+    assert got == want, "\n".join(difflib.unified_diff(
+        (want.get("stdout", "") + want.get("stderr", "")).splitlines(),
+        (got.get("stdout", "") + got.get("stderr", "")).splitlines(),
+        "plain", "template", lineterm=""))
+
+
 def test_no_state_from_one_call_to_the_next(start_agent, tmp_workspace):
-    a = spare_agent(start_agent)
-    in_spare(a, "cd /; X=1; export Y=2; f() { :; }; alias ll=ls; "
+    a = template_agent(start_agent)
+    in_template(a, "cd /; X=1; export Y=2; f() { :; }; alias ll=ls; "
                 "set -o noglob; shopt -s extglob; trap 'echo t' EXIT; "
                 "umask 077; ulimit -n 64; echo x > /proc/self/fd/1")
     probe = ("pwd; echo ${X-unset} ${Y-unset}; type -t f || echo nof; "
              "alias; set -o | grep noglob; shopt extglob; trap -p; umask; "
              "ulimit -n")
-    got = in_spare(a, probe)
+    got = in_template(a, probe)
     want = bash_c(probe, tmp_workspace)
     want["stdout"] = want["stdout"].replace(
         os.path.realpath(tmp_workspace), tmp_workspace)
     # Our own limits and umask are the agent's (the test's): the same.
     assert got == want
-    # A command's own ulimit is not a spare spoilt (test_hostile_shell.py).
-    assert "dropped" not in a.read_log()
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_timeout_and_output_cap_in_a_spare(start_agent, stream):
-    a = spare_agent(start_agent, "--output-cap", "1K")
+def test_timeout_and_output_cap(start_agent, stream):
+    """In the template; a stream takes the plain path."""
+    a = template_agent(start_agent, "--output-cap", "1K")
     if not stream:
-        texts = in_spare(a, "head -c 5000 /dev/zero | tr '\\0' x; "
+        texts = in_template(a, "head -c 5000 /dev/zero | tr '\\0' x; "
                             "sleep 60.913", timeout=1)
         assert texts["returncode"] == "-9" and "timed out" in texts["stderr"]
         assert texts["stdout"].startswith("x" * 1024)
@@ -229,49 +280,59 @@ def test_timeout_and_output_cap_in_a_spare(start_agent, stream):
         assert events[-1]["timed_out"] is True
 
 
-def test_burst_beyond_the_spares_falls_back(start_agent):
-    a = spare_agent(start_agent, "--shell-spares", "2")
+def test_a_burst_forks_each_command_from_the_template(start_agent):
+    """16 callers at once: each command its own process ($$ never
+    shared), its own output and status, all forked from the template."""
+    a = template_agent(start_agent)
 
     def run(i):
         import requests
         s = requests.Session()
         s.headers["Authorization"] = "Bearer test-token"
         r = s.post(a.url + "/tools/run_shell_command",
-                   json={"command": f"sleep 0.3; echo {i}"})
+                   json={"command": f"echo $$; sleep 0.3; echo {i}; "
+                                    f"exit {i % 7}"})
         assert r.status_code == 200, r.text
         return result_texts(r.json())
 
+    before = len(FORKED_RE.findall(a.read_log()))
     with concurrent.futures.ThreadPoolExecutor(16) as ex:
         outs = list(ex.map(run, range(16)))
-    assert [o["stdout"] for o in outs] == [f"{i}\n" for i in range(16)]
-    assert all(o["returncode"] == "0" for o in outs)
-    log = a.read_log()
-    assert "runs in a shell started for it" in log
-    assert "runs in a spare shell" in log
-    # And the spares come back.
-    in_spare(a, "true")
+    assert [o["stdout"].split()[1] for o in outs] == \
+        [str(i) for i in range(16)]
+    assert [o["returncode"] for o in outs] == \
+        [str(i % 7) for i in range(16)]
+    assert len({o["stdout"].split()[0] for o in outs}) == 16
+    assert len(FORKED_RE.findall(a.read_log())) == before + 16
 
 
-def test_spares_off(start_agent):
-    a = start_agent("--log-level", "debug", "--shell-spares", "0")
+def test_template_off(start_agent):
+    a = start_agent("--log-level", "debug", "--shell-template", "false")
     assert result_texts(a.shell("echo hi"))["stdout"] == "hi\n"
     time.sleep(0.3)
     assert result_texts(a.shell("echo hi"))["stdout"] == "hi\n"
-    assert "runs in a spare shell" not in a.read_log()
+    log = a.read_log()
+    assert "shell template" not in log
+    assert "runs in a shell started for it" in log
 
 
 def test_replaced_workspace_is_the_cwd(start_agent, tmp_workspace):
-    """A spare started in a workspace since removed and made again must
+    """A template started in a workspace since removed and made again must
     not run the next command in the old (deleted) directory."""
-    a = spare_agent(start_agent)
+    a = template_agent(start_agent)
+    first = template_pid(a)
     os.rename(tmp_workspace, tmp_workspace + ".old")
     os.mkdir(tmp_workspace)
     open(os.path.join(tmp_workspace, "new.txt"), "w").close()
     out = result_texts(a.shell("ls; readlink /proc/self/cwd"))["stdout"]
     assert out.split()[0] == "new.txt"
     assert "deleted" not in out and ".old" not in out
-    in_spare(a, "true")     # spares of the new one
-    assert result_texts(a.shell("ls"))["stdout"] == "new.txt\n"
+    deadline = time.time() + 10
+    while template_pid(a) == first:     # a template of the new one
+        assert time.time() < deadline, a.read_log()
+        time.sleep(0.02)
+    assert in_template(a, "ls; readlink /proc/self/cwd")["stdout"] == \
+        f"new.txt\n{tmp_workspace}\n"
 
 
 def children(pid):
@@ -286,21 +347,49 @@ def children(pid):
     return out
 
 
-def test_a_spare_killed_while_idle_is_replaced(start_agent):
-    a = spare_agent(start_agent)
-    time.sleep(0.3)
-    # The agent's idle spares: the programs under its keepers, and only
-    # those (no other process of the machine is touched).
-    spares = [c for k in children(a.proc.pid) for c in children(k)]
-    assert spares
-    for pid in spares:
-        os.kill(pid, 9)
+def waiting_pairs(agent):
+    """The template's keepers (the agent's children but the template)
+    and their commands that wait for a request."""
+    tpl = template_pid(agent)
+    keepers = [k for k in children(agent.proc.pid) if k != tpl]
+    return keepers, [c for k in keepers for c in children(k)]
+
+
+def test_a_template_or_a_waiting_pair_killed_is_replaced(start_agent):
+    """As root (no --run-as), commands could do this: calls go on."""
+    a = template_agent(start_agent)
     deadline = time.time() + 10
-    while a.read_log().count("exited unused") < len(spares):
+    while True:
+        keepers, commands = waiting_pairs(a)
+        if len(keepers) == len(commands) == 2:
+            break
+        assert time.time() < deadline, (keepers, commands)
+        time.sleep(0.02)
+    # A keeper whose command died ends, and a command whose keeper
+    # died too (its parent-death signal). (A request that reaches a
+    # command whose keeper is dying ends as killed: only root can do
+    # this, so the test waits for them to go.)
+    killed = [keepers[0], commands[1]]
+    for pid in killed:
+        os.kill(pid, 9)
+    # Two wait again (one killed silently is counted within a second).
+    while True:
+        keepers, commands = waiting_pairs(a)
+        if len(keepers) == len(commands) == 2 and \
+                not set(killed) & set(keepers + commands):
+            break
+        assert time.time() < deadline + 5, (keepers, commands)
+        time.sleep(0.05)
+    assert in_template(a, "echo ok")["stdout"] == "ok\n"
+    first = template_pid(a)
+    os.kill(first, 9)
+    deadline = time.time() + 10
+    while template_pid(a) == first:     # started again after a second
+        assert result_texts(a.shell("echo ok"))["stdout"] == "ok\n"
         assert time.time() < deadline, a.read_log()
         time.sleep(0.05)
-    assert result_texts(a.shell("echo ok"))["stdout"] == "ok\n"
-    in_spare(a, "true")
+    assert "exited (status 9)" in a.read_log()
+    assert in_template(a, "echo ok")["stdout"] == "ok\n"
 
 
 # A background job left by one call: for 3 s, every descriptor of every
@@ -359,8 +448,8 @@ while time.time() < end:
 """
 
 
-def test_a_background_job_cannot_reach_the_next_spare(start_agent,
-                                                      tmp_workspace):
+def test_a_background_job_cannot_reach_the_next_command(start_agent,
+                                                        tmp_workspace):
     if os.geteuid() != 0:
         pytest.fail("this test needs root, as the agent in a container has")
     os.chmod(os.path.dirname(tmp_workspace), 0o711)     # mkdtemp's 0700
@@ -369,14 +458,14 @@ def test_a_background_job_cannot_reach_the_next_spare(start_agent,
     script = os.path.join(tmp_workspace, "snoop.py")
     with open(script, "w") as f:
         f.write(SNOOPER)
-    a = spare_agent(start_agent, "--run-as", "65534:65534")
-    in_spare(a, f"{SYSTEM_PYTHON} {script} {snoop_log} {a.proc.pid} "
+    a = template_agent(start_agent, "--run-as", "65534:65534")
+    in_template(a, f"{SYSTEM_PYTHON} {script} {snoop_log} {a.proc.pid} "
                 ">/dev/null 2>&1 </dev/null & echo started")
-    time.sleep(0.5)     # it has looked at the spares a few times over
+    time.sleep(0.5)     # it has looked at the template a few times over
     # Builtins only: the call's processes are its bash alone, which the
     # job must not reach either, idle or running.
     for i in range(5):
-        texts = in_spare(a, f"echo clean {i}; for ((j = 0; j < 20000; "
+        texts = in_template(a, f"echo clean {i}; for ((j = 0; j < 20000; "
                             f"j++)); do :; done")
         assert texts == {"stdout": f"clean {i}\n", "returncode": "0"}
     time.sleep(3)

@@ -1,0 +1,180 @@
+/*
+ * A sandbox's egress policy over its life: put in place each time its
+ * container starts (a create, a start: each gives it a new network
+ * namespace), before its agent is waited for, so no sandbox is handed out
+ * or counted warm unpoliced; changed live (PUT /v1/sandboxes/{id}/network);
+ * shown in its model. The backend says where its namespace is, egress.c
+ * does the rest.
+ */
+#include "sandboxd.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "egress.h"
+#include "lifecycle_internal.h"
+#include "log.h"
+#include "xmalloc.h"
+
+/* One police or change under way; holds a reference to its sandbox. */
+struct police {
+	struct sandbox *sb;
+	sandbox_done_cb done;
+	void *arg;
+	json_t *network;		/* a change: the new lists */
+	double started;			/* monotonic */
+	struct error err;
+	int failed;
+};
+
+static void
+police_end(struct police *p)
+{
+	p->done(p->sb, p->failed ? &p->err : NULL, p->arg);
+	sandbox_unref(p->sb);
+	json_decref(p->network);
+	free(p);
+}
+
+static void
+police_end_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	police_end(arg);
+}
+
+static struct police *
+police_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct police *p = xcalloc(1, sizeof *p);
+
+	sandbox_ref(sb);
+	p->started = sandboxd_monotonic();
+	p->sb = sb;
+	p->done = done;
+	p->arg = arg;
+	return p;
+}
+
+static void
+set_view(struct sandbox *sb, const struct egress_policy *pol)
+{
+	json_decref(sb->egress_view);
+	sb->egress_view = egress_policy_json(pol);
+	sandbox_changed(sb);
+}
+
+static void
+installed_cb(const struct error *err, void *arg)
+{
+	struct police *p = arg;
+
+	if (err != NULL) {
+		p->err = *err;
+		p->failed = 1;
+	} else {
+		log_debug("sandbox %s: policed in %.1f ms", p->sb->name,
+		    (sandboxd_monotonic() - p->started) * 1e3);
+	}
+	police_end(p);
+}
+
+static void
+netns_cb(int netns, const struct error *err, void *arg)
+{
+	struct police *p = arg;
+	struct sandbox *sb = p->sb;
+	struct egress_policy pol;
+
+	if (err != NULL || sb->state == SB_RELEASING ||
+	    sb->state == SB_RELEASED) {
+		if (err != NULL)
+			p->err = *err;
+		else
+			error_set(&p->err, 409, "sandbox %s was released while "
+			    "starting", sb->name);
+		p->failed = 1;
+		if (netns >= 0)
+			close(netns);
+		police_end(p);
+		return;
+	}
+	egress_policy_build(&pol, sb->type->egress, sb->network);
+	set_view(sb, &pol);
+	sb->egress = egress_attach(sb->name, netns, &pol, installed_cb, p,
+	    &p->err);
+	egress_policy_free(&pol);
+	if (sb->egress == NULL) {
+		p->failed = 1;
+		police_end(p);
+	}
+}
+
+void
+lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg)
+{
+	struct police *p = police_new(sb, done, arg);
+
+	/* A new container, a new namespace: the old one's resolver goes. */
+	egress_free(sb->egress);
+	sb->egress = NULL;
+	if (!sandbox_has_network(sb) || sb->container_id == NULL) {
+		sandboxd_defer(police_end_cb, p);
+		return;
+	}
+	sd.backend->ops->netns(sd.backend, sb->container_id, netns_cb, p);
+}
+
+static void
+changed_cb(const struct error *err, void *arg)
+{
+	struct police *p = arg;
+	struct sandbox *sb = p->sb;
+
+	if (err != NULL) {
+		p->err = *err;
+		p->failed = 1;
+	} else {
+		struct egress_policy pol;
+
+		egress_policy_build(&pol, sb->type->egress, p->network);
+		set_view(sb, &pol);
+		egress_policy_free(&pol);
+		json_decref(sb->network);
+		sb->network = json_incref(p->network);
+		state_dirty();
+		log_info("sandbox %s: egress policy changed", sb->name);
+	}
+	police_end(p);
+}
+
+void
+lifecycle_set_network(struct sandbox *sb, json_t *network,
+    sandbox_done_cb done, void *arg)
+{
+	struct police *p = police_new(sb, done, arg);
+	struct egress_policy pol;
+
+	p->network = network;
+	if (!sandbox_has_network(sb)) {
+		error_set(&p->err, 409, "sandbox %s has no network (type %s)",
+		    sb->name, sb->type_name);
+	} else if (sb->egress == NULL || (sb->state != SB_RUNNING &&
+	    sb->state != SB_WARM && sb->state != SB_UNHEALTHY &&
+	    sb->state != SB_PAUSED)) {
+		error_set(&p->err, 409, "sandbox %s is %s: its network changes "
+		    "while it runs", sb->name, sandbox_state_name(sb->state));
+	} else if (egress_busy(sb->egress)) {
+		error_set(&p->err, 409, "sandbox %s: a change of its network is "
+		    "under way", sb->name);
+	} else {
+		egress_policy_build(&pol, sb->type->egress, network);
+		egress_update(sb->egress, &pol, changed_cb, p);
+		egress_policy_free(&pol);
+		return;
+	}
+	p->failed = 1;
+	sandboxd_defer(police_end_cb, p);
+}
