@@ -728,6 +728,7 @@ backend_crun_new(struct event_base *base, const struct sandboxd_config *cfg,
 	c->net.bridge = cfg->bridge != NULL ? cfg->bridge : "sandboxd0";
 	c->net.subnet = cfg->bridge_subnet != NULL ? cfg->bridge_subnet :
 	    "10.89.0.0/16";
+	c->net.gateway = cfg->bridge_gateway;
 	if (setup(c, cfg, err) < 0) {
 		crun_free(b);
 		return NULL;

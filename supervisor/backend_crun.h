@@ -144,6 +144,8 @@ struct crun_net_config {
 	const char *cni_path;		/* the plugins' directory */
 	const char *bridge;		/* the host's bridge device */
 	const char *subnet;		/* its addresses, CIDR */
+	const char *gateway;		/* a router on the bridge; NULL: the
+					 * host, through its NAT */
 };
 
 typedef void (*crun_net_done_cb)(const struct error *err, void *arg);

@@ -9,7 +9,9 @@
  * NAT and forwarding are the bridge's, not each sandbox's: rules for the
  * subnet, made once (the first time a bridge sandbox is made) and kept,
  * as Docker keeps docker0's: outgoing traffic masqueraded, and forwarded
- * where the host's FORWARD policy drops (Docker sets it so). Per sandbox,
+ * where the host's FORWARD policy drops (Docker sets it so). With a
+ * router of the operator's on the bridge (SANDBOXD_BRIDGE_GATEWAY) the
+ * host is no gateway: frames only cross the bridge. Per sandbox,
  * ipMasq's chain and portmap's rules cost a dozen iptables runs to add and
  * as many to remove; the published port is sandboxd's own relay
  * (backend_crun_publish.c).
@@ -20,9 +22,8 @@
  * restart a running sandbox's namespace is found through its first
  * process.
  *
- * Egress policy (issue 26) attaches where crun_net_attach's ADD has
- * answered (attached_cb): the sandbox's veth, address and namespace are
- * known there, and the sandbox is not handed out before done runs.
+ * sandboxd's egress policy (egress.c) is put in that namespace, which
+ * the backend's netns operation hands out, before the sandbox is.
  */
 #include "backend_crun.h"
 
@@ -177,15 +178,17 @@ crun_net_load(json_t *saved)
 	return n;
 }
 
-/* The bridge plugin's network configuration. */
+/* The bridge plugin's network configuration: the host the gateway (the
+ * bridge's address, the subnet's first), or a router on the bridge. */
 static char *
 plugin_config(const struct crun_net_config *cfg)
 {
-	json_t *c = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:{s:s,s:[[{s:s}]],"
-	    "s:[{s:s}]}}", "cniVersion", CNI_VERSION, "name", NETWORK_NAME,
-	    "type", "bridge", "bridge", cfg->bridge, "isGateway", 1, "ipMasq",
-	    0, "hairpinMode", 1, "ipam", "type", "host-local", "ranges",
-	    "subnet", cfg->subnet, "routes", "dst", "0.0.0.0/0");
+	json_t *c = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:b,s:{s:s,s:[[{s:s,"
+	    "s:s*}]],s:[{s:s,s:s*}]}}", "cniVersion", CNI_VERSION, "name",
+	    NETWORK_NAME, "type", "bridge", "bridge", cfg->bridge, "isGateway",
+	    cfg->gateway == NULL, "ipMasq", 0, "hairpinMode", 1, "ipam", "type",
+	    "host-local", "ranges", "subnet", cfg->subnet, "gateway",
+	    cfg->gateway, "routes", "dst", "0.0.0.0/0", "gw", cfg->gateway);
 	char *text = json_dumps(c, JSON_COMPACT);
 
 	json_decref(c);
@@ -288,14 +291,13 @@ plugin_done_cb(int status, const char *out, const char *errtext,
 	}
 	n->result = res;
 	n->ip = xstrndup(addr, strcspn(addr, "/"));
-	/* Here the sandbox's veth, address and namespace are known and it
-	 * is not handed out yet: where egress rules attach. */
 	call_end(call, NULL);
 }
 
 /* The bridge's NAT and forwarding rules, made once per sandboxd, with
- * the subnet and bridge as the script's arguments (never in its text). */
-static const char rules[] =
+ * the subnet and bridge as the script's arguments (never in its text).
+ * The host routes for the sandboxes: */
+static const char nat_rules[] =
     "s=$1 b=$2\n"
     "iptables -w -t nat -C POSTROUTING -s \"$s\" ! -o \"$b\" -j MASQUERADE "
     "2>/dev/null || iptables -w -t nat -A POSTROUTING -s \"$s\" ! -o \"$b\" "
@@ -305,6 +307,13 @@ static const char rules[] =
     "iptables -w -C FORWARD -o \"$b\" -m conntrack --ctstate "
     "RELATED,ESTABLISHED -j ACCEPT 2>/dev/null || iptables -w -I FORWARD "
     "-o \"$b\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n";
+/* A router on the bridge does: the host only lets frames cross the bridge
+ * (its netfilter sees them when br_netfilter is loaded, as Docker loads
+ * it), routing none. */
+static const char bridged_rules[] =
+    "b=$2\n"
+    "iptables -w -C FORWARD -i \"$b\" -o \"$b\" -j ACCEPT 2>/dev/null || "
+    "iptables -w -I FORWARD -i \"$b\" -o \"$b\" -j ACCEPT\n";
 
 static struct {
 	int made;
@@ -340,8 +349,8 @@ crun_net_attach(struct crun_jobs *q, const struct crun_net_config *cfg,
     struct crun_net *n, crun_net_done_cb done, void *arg)
 {
 	struct call *call = xcalloc(1, sizeof *call);
-	const char *argv[] = { "/bin/sh", "-c", rules, "sh", cfg->subnet,
-	    cfg->bridge, NULL };
+	const char *argv[] = { "/bin/sh", "-c", cfg->gateway != NULL ?
+	    bridged_rules : nat_rules, "sh", cfg->subnet, cfg->bridge, NULL };
 	const char *envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:"
 	    "/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 	struct crun_job_spec spec = { 0 };

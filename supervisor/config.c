@@ -162,6 +162,10 @@ static const struct config_option options[] = {
 	{ "--bridge-subnet", "SANDBOXD_BRIDGE_SUBNET", CONFIG_STRING,
 	    C(bridge_subnet), "CIDR", "crun: addresses of bridge sandboxes "
 	    "(default 10.89.0.0/16)" },
+	{ "--bridge-gateway", "SANDBOXD_BRIDGE_GATEWAY", CONFIG_STRING,
+	    C(bridge_gateway), "ADDR", "crun: a router on the bridge that "
+	    "bridge sandboxes go out through instead of this host, which "
+	    "then gives the bridge no address and no NAT (default: none)" },
 	{ "--crun-parallel", "SANDBOXD_CRUN_PARALLEL", CONFIG_INT,
 	    C(crun_parallel), "N", "crun: crun and CNI calls at once; more "
 	    "wait their turn, removals first (default 0: twice the CPUs)" },
@@ -918,7 +922,7 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
 		&c->oss_addressing, &c->e2b_templates,
 		&c->image_store, &c->crun_bin, &c->cni_path, &c->bridge,
-		&c->bridge_subnet,
+		&c->bridge_subnet, &c->bridge_gateway,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {

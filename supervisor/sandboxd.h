@@ -115,6 +115,7 @@ struct sandboxd_config {
 	char *cni_path;			/* the CNI plugins' directory */
 	char *bridge;			/* bridge types' host bridge */
 	char *bridge_subnet;		/* its addresses */
+	char *bridge_gateway;		/* a router on it; NULL: this host */
 	long crun_parallel;		/* crun calls at once; 0: auto */
 	double create_timeout;		/* seconds until a new agent must answer */
 	double health_interval;		/* seconds between health rounds */

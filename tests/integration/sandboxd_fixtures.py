@@ -291,6 +291,11 @@ class Sandboxd:
         with open(os.path.join(self.crun_bundles, name, "config.json")) as f:
             return json.load(f)
 
+    def crun_saved(self, name):
+        """What the crun backend keeps of a sandbox (sandbox.json)."""
+        with open(os.path.join(self.crun_bundles, name, "sandbox.json")) as f:
+            return json.load(f)
+
     def inspect(self, name):
         return json.loads(docker("inspect", name).stdout)[0]
 

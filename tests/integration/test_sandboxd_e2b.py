@@ -200,14 +200,14 @@ def test_pause_connect_and_auto_pause(e2b):
     sid = ok(lines[0])["sandboxId"]
     assert ok(lines[1]) is True and ok(lines[2]) is False
     assert ok(lines[3])["state"] == "paused"
-    assert e2b.inspect(sid)["State"]["Status"] == "paused"
+    assert e2b.containers()[sid] == "paused"
     assert ok(lines[4]) is False
     connected, info = run(e2b, [
         {"op": "connect", "id": sid, "opts": {"timeoutMs": 60000}},
         {"op": "info", "id": sid}])
     assert ok(connected)["sandboxId"] == sid
     assert ok(info)["state"] == "running"
-    assert e2b.inspect(sid)["State"]["Status"] == "running"
+    assert e2b.containers()[sid] == "running"
     auto = ok(lines[5])["sandboxId"]
     wait_until(lambda: api(e2b, "GET", f"/sandboxes/{auto}").json()
                ["state"] == "paused", 60, what="the pause at the timeout")
