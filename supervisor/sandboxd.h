@@ -291,6 +291,8 @@ struct sandbox {
 	 * monotonic clock (0: none yet). */
 	uint64_t cpu_ns;
 	double cpu_at;
+	/* Its agent's last disk figures (bytes; 0: none yet). */
+	int64_t disk_used, disk_total;
 	/* When E2B's timeout ends it, on the monotonic clock; 0: none known
 	 * here (api_e2b_sandbox.c derives it from the wall-clock end its
 	 * record keeps, in meta.e2b, after a restart or a take elsewhere). */
@@ -438,6 +440,10 @@ struct sandbox_stats {
 	int64_t mem_used;		/* bytes */
 	int64_t mem_total;		/* its limit */
 	int64_t mem_cache;
+	/* Its root file system, as its agent's envd tells (the last answer
+	 * while it is paused or its agent does not answer); 0: none yet. */
+	int64_t disk_used;
+	int64_t disk_total;
 };
 typedef void (*sandbox_stats_cb)(struct sandbox *sb,
     const struct sandbox_stats *stats, const struct error *err, void *arg);

@@ -8,7 +8,8 @@
 // of a failure (at most 30 s), then WAIT_MS more (default 1500) for the
 // first frames, and saves a screenshot of the page. Prints one JSON line:
 // {"status": text of #status, "connected": bool, "canvas": [w, h] of
-// noVNC's canvas or null, "console": [errors of the page]}.
+// noVNC's canvas or null, "console": [errors of the page]}. A load
+// Chromium aborted for a change of the host's network is tried once more.
 // Only the URL given (loopback) is reached.
 import { chromium } from "playwright-core";
 
@@ -31,15 +32,24 @@ try {
             out.console.push(m.text());
     });
     page.on("pageerror", (e) => out.console.push(String(e)));
-    await page.goto(url, { waitUntil: "load", timeout: 30000 });
-    try {
-        await page.waitForFunction(() => {
-            const s = document.getElementById("status");
-            return s && (s.textContent.startsWith("Connected to ") ||
-                s.className === "failed");
-        }, null, { timeout: 30000 });
-    } catch (e) {
-        out.console.push("waiting for #status: " + e.message);
+    // Chromium aborts loads with ERR_NETWORK_CHANGED when the host's
+    // interfaces change (containers coming and going beside the test):
+    // the page is loaded again, once, as a person would reload it.
+    for (let attempt = 0; attempt < 2; attempt++) {
+        out.console = [];
+        await page.goto(url, { waitUntil: "load", timeout: 30000 });
+        try {
+            await page.waitForFunction(() => {
+                const s = document.getElementById("status");
+                return s && (s.textContent.startsWith("Connected to ") ||
+                    s.className === "failed");
+            }, null, { timeout: 30000 });
+            break;
+        } catch (e) {
+            out.console.push("waiting for #status: " + e.message);
+        }
+        if (!out.console.some((m) => m.includes("ERR_NETWORK_CHANGED")))
+            break;
     }
     out.status = await page.evaluate(
         () => document.getElementById("status")?.textContent ?? null);
