@@ -53,7 +53,8 @@ static const struct config_option options[] = {
 	{ "--container-prefix", "CONTAINER_PREFIX_KEY", CONFIG_STRING,
 	    C(prefix), "PREFIX", "container name prefix (default sandboxd-)" },
 	{ "--container-deployment", "CONTAINER_DEPLOYMENT", CONFIG_STRING,
-	    C(deployment), "KIND", "backend: docker (the only one so far)" },
+	    C(deployment), "KIND", "backend: docker (the Docker Engine API, "
+	    "the default) or crun (sandboxd runs them with crun, no daemon)" },
 	{ "--mount-dir", "DEFAULT_MOUNT_DIR", CONFIG_STRING, C(mount_dir),
 	    "DIR", "where workspaces are made (default STATE_DIR/workspaces)" },
 	{ "--readonly-mounts", "READONLY_MOUNTS", CONFIG_STRING,
@@ -150,6 +151,25 @@ static const struct config_option options[] = {
 	    "JSON file of more sandbox types {\"types\": {name: {...}}}" },
 	{ "--docker-host", "DOCKER_HOST", CONFIG_STRING, C(docker_host), "ADDR",
 	    "unix:///var/run/docker.sock (the default)" },
+	{ "--image-store", "SANDBOXD_IMAGE_STORE", CONFIG_STRING,
+	    C(image_store), "DIR", "crun: the image store tools/image-store "
+	    "fills (default /var/lib/sandboxd/images)" },
+	{ "--crun", "SANDBOXD_CRUN", CONFIG_STRING, C(crun_bin), "PATH",
+	    "crun: the crun program (default: crun on the PATH)" },
+	{ "--cni-path", "SANDBOXD_CNI_PATH", CONFIG_STRING, C(cni_path), "DIR",
+	    "crun: the CNI plugins (default /usr/lib/cni, Debian's)" },
+	{ "--bridge", "SANDBOXD_BRIDGE", CONFIG_STRING, C(bridge), "NAME",
+	    "crun: the host bridge of bridge types (default sandboxd0)" },
+	{ "--bridge-subnet", "SANDBOXD_BRIDGE_SUBNET", CONFIG_STRING,
+	    C(bridge_subnet), "CIDR", "crun: addresses of bridge sandboxes "
+	    "(default 10.89.0.0/16)" },
+	{ "--bridge-gateway", "SANDBOXD_BRIDGE_GATEWAY", CONFIG_STRING,
+	    C(bridge_gateway), "ADDR", "crun: a router on the bridge that "
+	    "bridge sandboxes go out through instead of this host, which "
+	    "then gives the bridge no address and no NAT (default: none)" },
+	{ "--crun-parallel", "SANDBOXD_CRUN_PARALLEL", CONFIG_INT,
+	    C(crun_parallel), "N", "crun: crun and CNI calls at once; more "
+	    "wait their turn, removals first (default 0: twice the CPUs)" },
 	{ "--create-timeout", "SANDBOXD_CREATE_TIMEOUT", CONFIG_DOUBLE,
 	    C(create_timeout), "SECONDS",
 	    "a new sandbox's agent must answer within this (default 60)" },
@@ -225,10 +245,10 @@ static const char synopsis[] =
     "usage: sandboxd [--config FILE] [--host H] [--port P] [options]\n"
     "\n"
     "The sandbox supervisor: creates, pools, watches and fronts sandbox\n"
-    "containers through the Docker Engine API, with the AgentScope manager\n"
-    "routes and our /v1 REST routes. Options come from the environment, a\n"
-    ".env file in the working directory, --config FILE and the flags, each\n"
-    "overriding the ones before.";
+    "containers, through the Docker Engine API or with crun directly, with\n"
+    "the AgentScope manager routes and our /v1 REST routes. Options come\n"
+    "from the environment, a .env file in the working directory, --config\n"
+    "FILE and the flags, each overriding the ones before.";
 
 void
 sandboxd_config_usage(FILE *f)
@@ -902,6 +922,8 @@ sandboxd_config_free(struct sandboxd_config *c)
 		&c->file_system, &c->oss_endpoint, &c->oss_access_key_id,
 		&c->oss_access_key_secret, &c->oss_bucket, &c->oss_region,
 		&c->oss_addressing, &c->e2b_templates,
+		&c->image_store, &c->crun_bin, &c->cni_path, &c->bridge,
+		&c->bridge_subnet, &c->bridge_gateway,
 	};
 
 	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {

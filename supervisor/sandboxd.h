@@ -21,7 +21,8 @@
  * (E2B's API: the control routes under /e2b, its list, sandbox traffic
  * routed by header, E2B's fields of a sandbox and its timeout),
  * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
- * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
+ * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker) +
+ * backend_crun*.c + image_store.c (crun, no daemon),
  * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
  * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
  * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
@@ -69,7 +70,7 @@ struct sandboxd_config {
 	long pool_size;
 	int auto_cleanup;
 	char *prefix;			/* CONTAINER_PREFIX_KEY */
-	char *deployment;		/* only "docker" for now */
+	char *deployment;		/* "docker" or "crun" */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
 	char *storage_folder;		/* NULL: workspaces are not kept here */
@@ -109,6 +110,14 @@ struct sandboxd_config {
 	char *state_dir;
 	char *types_file;
 	char *docker_host;
+	/* CONTAINER_DEPLOYMENT=crun (backend_crun.c checks them). */
+	char *image_store;		/* the image store's directory */
+	char *crun_bin;			/* the crun program */
+	char *cni_path;			/* the CNI plugins' directory */
+	char *bridge;			/* bridge types' host bridge */
+	char *bridge_subnet;		/* its addresses */
+	char *bridge_gateway;		/* a router on it; NULL: this host */
+	long crun_parallel;		/* crun calls at once; 0: auto */
 	double create_timeout;		/* seconds until a new agent must answer */
 	double health_interval;		/* seconds between health rounds */
 	double proxy_timeout;		/* seconds without progress, agent calls */
@@ -488,6 +497,17 @@ size_t lifecycle_busy(void);
 /* mkdirs.c: mkdir -p path, its components after the first `from` bytes
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
+
+/* rmtree.c: rm -rf of path, following no name, on a worker thread:
+ * done(path, 0 or an errno, arg) then runs on the loop; E2BIG: a tree
+ * deeper than it takes, what is left of it for rm to finish. */
+typedef void (*sandboxd_rmtree_cb)(const char *path, int error, void *arg);
+void sandboxd_rmtree(struct event_base *base, const char *path,
+    sandboxd_rmtree_cb done, void *arg);
+/* The same here and now (-1 with errno). */
+int sandboxd_rmtree_now(const char *path);
+/* After the loop ended: waits for the removals under way. */
+void sandboxd_rmtree_free(void);
 
 /* workspace.c */
 
