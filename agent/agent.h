@@ -17,6 +17,7 @@
 #define AGENT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -33,6 +34,8 @@ struct ci;
 struct kernel;
 struct work_pool;
 
+/* The options (options.c's table says each one's flag, default and
+ * bounds); lives until exit. */
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
 	char *workspace;
@@ -40,7 +43,9 @@ struct agent_config {
 	char *tools;			/* native tool groups, comma separated */
 	char *desktop;			/* the desktop's programs (desktop.h) */
 	char *seccomp;			/* "on" or "off" */
+	char *token;			/* SECRET_TOKEN */
 	int insecure_no_token;
+	int healthcheck;		/* --healthcheck: ask, exit */
 	size_t output_cap;		/* per stream of a shell command */
 	size_t max_body;		/* JSON request bodies */
 	size_t max_upload;		/* file uploads; 0: no limit */
@@ -84,6 +89,12 @@ struct agent {
 	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
 
+/* options.c: the option table; defaults, environment, then argv. */
+int agent_options_load(struct agent_config *cfg, int argc, char **argv,
+    int *help, int *version, struct error *err);
+void agent_options_usage(FILE *f);
+const struct config_option *agent_options_table(size_t *n);
+
 /* routes.c */
 const struct http_route *agent_routes(size_t *n);
 
@@ -91,7 +102,8 @@ const struct http_route *agent_routes(size_t *n);
 void health_route(struct http_request *req, void *arg);
 
 /* healthcheck.c: --healthcheck, a client of a running agent's /healthz
- * at the given addresses (else PID 1's); the exit status. */
+ * at the given addresses (else PID 1's, else the default); the exit
+ * status. */
 int healthcheck_run(const struct config_list *listen, const char *token);
 
 /* run_as.c: --run-as without the capabilities to switch users is

@@ -48,7 +48,7 @@ struct event_base;
 struct backend;
 struct ports;
 
-/* config.c */
+/* config.c, config_table.c (the options: flags, keys, defaults, bounds) */
 
 /* A READONLY_MOUNTS entry. */
 struct ro_mount {
@@ -56,14 +56,15 @@ struct ro_mount {
 	char *container;
 };
 
-/* The whole configuration; lives until exit (sandboxd_config_free). */
+/* The whole configuration; lives until exit (sandboxd_config_free). The
+ * option table (config_table.c) says where each option goes in it. */
 struct sandboxd_config {
 	/* Keys of the spec. */
 	char *host;
 	long port;
 	long workers;
 	int debug;
-	char *bearer_token;		/* NULL or "": no auth */
+	char *bearer_token;		/* NULL: no auth */
 	char *default_type;		/* comma list: one pool each */
 	long pool_size;
 	int auto_cleanup;
@@ -134,7 +135,7 @@ struct sandboxd_config {
 	long oss_parallel;		/* files of a workspace at once */
 	char *e2b_templates;		/* E2B template=type,... */
 
-	/* Derived by validation. */
+	/* Derived by the checks. */
 	int port_lo, port_hi;
 	struct config_list pool_types;
 	struct config_list allowed_mounts;	/* absolute, canonical */
@@ -143,16 +144,16 @@ struct sandboxd_config {
 	size_t nro_mounts;
 };
 
-/* Environment, ./.env, --config FILE, flags (later wins), then validation
- * (types must be loaded first for DEFAULT_SANDBOX_TYPE: this loads
- * --types itself). -1 with err naming the bad key. */
+/* Defaults, environment, ./.env, --config FILE, flags (later wins), then
+ * the checks a table cannot make (types must be loaded first for
+ * DEFAULT_SANDBOX_TYPE: this loads --types itself). -1 with err naming the
+ * bad key. */
 int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
     int *help, int *version, struct error *err);
-int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
 void sandboxd_config_usage(FILE *f);
 void sandboxd_config_free(struct sandboxd_config *cfg);
-/* Append the non-empty, trimmed parts of a comma list to out. */
-void sandboxd_split_list(const char *s, struct config_list *out);
+extern const struct config_option sandboxd_options[];
+extern const size_t sandboxd_noptions;
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 
