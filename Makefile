@@ -6,7 +6,7 @@
 #   make fuzz    each fuzz target for FUZZ_SECONDS (clang's libFuzzer)
 #   make images  build the sandbox images with tools/build-image
 #   make run     build the images it serves and start sandboxd (foreground)
-#   make bench   benchmarks; figures go to the README
+#   make bench   benchmarks; figures go to tools/bench/README.md
 #   make test-scale  SCALE_N (1000) minimal sandboxes through sandboxd, one
 #                call each, then SIGTERM: none left, exit 0, within 30 s or,
 #                where Docker alone cannot remove as many that fast (timed

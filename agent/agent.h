@@ -2,16 +2,22 @@
  * sandbox-agent: the HTTP API of one sandbox. One event loop; each route
  * group lives in its own file and registers its handlers in routes.c.
  *
+ * Files: main.c (start, signals, shutdown), options.c (the option table),
+ * routes.c (the route table), health.c (/healthz), healthcheck.c (the
+ * images' HEALTHCHECK client), shell.c + shell_template.c (commands; the
+ * template's builtin is bash/shell_template_bash.c), confine.c (the
+ * seccomp filter of every child), run_as.c (--run-as without the
+ * capabilities for it), path.c (workspace paths), multipart.c (uploads),
+ * websocket.c (RFC 6455's handshake and frames), toolset.c and
+ * tool_result.c (what native and MCP tools share).
+ *
  * Every file of a subsystem carries its prefix: files_* the /workspace
  * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
- * routes, mcp_* the MCP client, kernel* the IPython kernels, ci_* the
- * code interpreter of E2B's SDK on them, envd* E2B's in-sandbox API
- * (envd.h), desktop_*, vnc_* and computer_* the display and computer
- * use. toolset.c and tool_result.c hold what native and MCP tools share;
- * confine.c what confines every child; path.c resolves workspace paths,
- * multipart.c parses uploads. Code sandboxd uses too lives in common/,
- * among it work_queue.c and work_pool.c, which run blocking jobs off the
- * loop.
+ * routes, mcp_* the MCP client, ipython.c and kernel* the IPython kernels,
+ * ci_* the code interpreter of E2B's SDK on them, envd* E2B's in-sandbox
+ * API (envd.h), desktop_*, vnc_* and computer_* the display and computer
+ * use. Code sandboxd uses too lives in common/, among it work_queue.c and
+ * work_pool.c, which run blocking jobs off the loop.
  */
 #ifndef AGENT_H
 #define AGENT_H

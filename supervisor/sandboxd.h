@@ -6,26 +6,41 @@
  * once (defer.c); one that can fail at once instead returns the error and
  * then never calls back (lifecycle_create, pool_take_or_create).
  *
- * Files, one job each: main.c (start, signals, shutdown), config.c (options),
- * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop / pause / resume, stats),
- * lifecycle_create.c (create and the wait for an agent), workspace.c
- * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
- * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
- * sessions.c, health.c,
- * agent_client.c (calls to agents), proxy.c (streaming proxy),
- * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
- * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
- * api.c (what both APIs share), defer.c (the callback contract),
- * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
- * (E2B's API: the control routes under /e2b, its list, sandbox traffic
- * routed by header, E2B's fields of a sandbox and its timeout),
- * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
- * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker),
- * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
- * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
- * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
- * shared_uploads.c (several sandboxd on one Redis, REDIS_ENABLED).
+ * Files, one job each, from the floor up:
+ *   the table: sandbox.c (the records, lookup, the container model),
+ *     sandbox_list.c (the records as GET /v1/sandboxes lists them),
+ *     sandbox_types.c (the type registry);
+ *   the start: main.c (start, signals, shutdown), config.c + config_table.c
+ *     (the options and their table), state.c (the state directory and
+ *     state.json), adopt.c (our sandboxes taken back at start);
+ *   lifecycle: lifecycle.c (release / start / stop / pause / resume,
+ *     stats), lifecycle_create.c (create and the wait for an agent),
+ *     lifecycle_restore.c (a kept workspace brought back at create),
+ *     lifecycle_network.c (a sandbox's egress policy over its life),
+ *     workspace.c + mkdirs.c (host directories), ports.c (host ports);
+ *   services: pool.c (warm pools), sessions.c, health.c, metrics.c;
+ *   the way to agents: agent_client.c (calls and the RPC relay), proxy.c
+ *     (the streaming proxy);
+ *   the APIs: api.c (what they share), api_agentscope.c (the spec's RPC
+ *     routes), api_rest.c (/v1), api_mcp.c (/mcp, sandboxd as a
+ *     streamable-HTTP MCP server), api_desktop.c + desktop_relay.c +
+ *     desktop_token.c (desktops in a web browser: the page, the WebSocket
+ *     relay, the links' tokens), api_e2b.c + api_e2b_list.c +
+ *     api_e2b_router.c + api_e2b_sandbox.c (E2B's control routes under
+ *     /e2b, its list, sandbox traffic routed by header, E2B's fields of a
+ *     sandbox and its timeout), redact.c (host paths out of what clients
+ *     read);
+ *   backends: backend.h + backend.c (the seam, by CONTAINER_DEPLOYMENT),
+ *     backend_docker.c + docker_api.c (Docker);
+ *   egress.h + egress.c + egress_policy.c + egress_rules.c + egress_nft.c
+ *     + egress_dns.c (the network policy of sandboxes with a network);
+ *   oss.h + oss*.c + s3.h + s3_client.c + s3_xml.c (workspaces kept in
+ *     object storage, FILE_SYSTEM=oss);
+ *   shared.c + shared_resolve.c + shared_records.c + shared_mirror.c +
+ *     shared_lookup.c + shared_crypto.c + shared_owners.c + shared_pool.c +
+ *     shared_sessions.c + shared_uploads.c (several sandboxd on one Redis,
+ *     REDIS_ENABLED);
+ *   defer.c (the callback contract).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H

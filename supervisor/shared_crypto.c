@@ -1,6 +1,6 @@
 /*
  * Shared state in Redis: what makes it trustworthy. Whoever can write
- * Redis is not trusted (see the README's security section): everything an
+ * Redis is not trusted (see SECURITY.md): everything an
  * instance reads there that steers a request (a record, a lease, a take
  * from the pool, a release request, a session's activity) carries an
  * HMAC-SHA256 made with a key derived from SANDBOXD_REDIS_SECRET, which

@@ -1,4 +1,4 @@
-"""Our /v1 REST routes, as the README shows them with curl."""
+"""Our /v1 REST routes, as supervisor/README.md shows them with curl."""
 import requests
 
 from sandboxd_fixtures import minimal_tag, start_sandboxd, wait_until  # noqa: F401
