@@ -256,7 +256,7 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 # `make test`, runs the same targets over the committed corpus through a
 # plain main() built by $(CC) under ASan/UBSan, so CI needs no clang.
 FUZZ_TARGETS := http_server http_head multipart agent_json computer_args envd \
-	vnc_filter
+	vnc_filter egress_dns
 FUZZ_SECONDS ?= 180
 FUZZ_CC ?= clang
 FUZZ_ARGS ?=
@@ -299,6 +299,27 @@ $(BUILD)/fuzz-replay/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_SUPP
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(FUZZ_INC) $(SAN_FLAGS) -o $@ $< tests/fuzz/replay.c \
 		$(FUZZ_SUPPORT) $(AGENT_ASAN_LIB) $(COMMON_ASAN_OBJ) $(AGENT_LIBS)
+
+# Targets in sandboxd's modules (egress_dns: a sandbox's resolver) link
+# them from an archive, fuzz-built or ASan-built.
+FUZZ_SANDBOXD_LIB := $(BUILD)/fuzz/libsandboxd.a
+FUZZ_SANDBOXD_OBJ := $(SUPERVISOR_LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+.SECONDARY: $(FUZZ_SANDBOXD_OBJ)
+
+$(FUZZ_SANDBOXD_LIB): $(FUZZ_SANDBOXD_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_egress_dns: tests/fuzz/fuzz_egress_dns.c $(FUZZ_SANDBOXD_LIB) \
+    $(FUZZ_COMMON_OBJ)
+	$(FUZZ_CC) $(CFLAGS_BASE) -Isupervisor $(FUZZ_SAN) -fsanitize=fuzzer -o $@ \
+		$< $(FUZZ_SANDBOXD_LIB) $(FUZZ_COMMON_OBJ) $(SUPERVISOR_LIBS)
+
+$(BUILD)/fuzz-replay/fuzz_egress_dns: tests/fuzz/fuzz_egress_dns.c tests/fuzz/replay.c \
+    $(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isupervisor $(SAN_FLAGS) -o $@ $< tests/fuzz/replay.c \
+		$(SUPERVISOR_ASAN_LIB) $(COMMON_ASAN_OBJ) $(SUPERVISOR_LIBS)
 
 fuzz: $(FUZZ_BIN)
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -1,8 +1,8 @@
 /*
  * envd, E2B's in-sandbox daemon, served by the agent under /envd (what
  * E2B serves on port 49983): the Connect RPC services process.Process and
- * filesystem.Filesystem, and the REST routes /files, /health, /envs and
- * /init. Shared by the envd_* files:
+ * filesystem.Filesystem, and the REST routes /files, /health, /envs,
+ * /init and /metrics. Shared by the envd_* files:
  *
  *   envd.c             the RPC route: Connect envelopes, calls, streams,
  *                      errors as Connect codes
@@ -15,6 +15,7 @@
  *   envd_filesystem.c  filesystem.Filesystem but its watchers
  *   envd_watch.c       WatchDir and the polled watchers (inotify)
  *   envd_files.c       GET and POST /files
+ *   envd_metrics.c     GET /metrics
  *
  * Who acts: every process and every file operation is the named user's,
  * never the agent's. Processes are spawned with the user's ids under the
@@ -88,6 +89,8 @@ json_t *envd_init_vars(void);
 void envd_route_health(struct http_request *req, void *arg);
 void envd_route_envs(struct http_request *req, void *arg);
 void envd_route_init(struct http_request *req, void *arg);
+/* envd_metrics.c: GET /metrics, the figures E2B's envd gives. */
+void envd_route_metrics(struct http_request *req, void *arg);
 /* REST errors: {"code": status, "message": ...} with that status. */
 void envd_rest_error(struct http_request *req, const struct error *err);
 

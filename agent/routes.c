@@ -47,6 +47,7 @@ static const struct http_route routes[] = {
 	{ GET, "/envd/health", EXACT, 0, envd_route_health, SMALL },
 	{ GET, "/envd/envs", EXACT, 0, envd_route_envs, SMALL },
 	{ POST, "/envd/init", EXACT, 0, envd_route_init, SMALL },
+	{ GET, "/envd/metrics", EXACT, 0, envd_route_metrics, SMALL },
 	/* The desktop's web viewer: its own token check (desktop_web.h). */
 	{ GET, "/vnc/", PREFIX, HTTP_ROUTE_NO_AUTH,
 	    desktop_web_route, SMALL },

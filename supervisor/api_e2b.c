@@ -12,8 +12,10 @@
  *   POST   /sandboxes/{id}/connect, /v2/...     thaw a paused one (201),
  *                                               or extend a running one
  *   GET    /sandboxes/{id}/metrics              one sample, now
- * Forks, snapshots, network updates, logs, templates, volumes and
- * secrets answer 501 naming what is not there. Errors are E2B's
+ *   PUT    /sandboxes/{id}/network              its egress lists, live
+ *                                               (api_e2b_network.c)
+ * Forks, snapshots, logs, templates, volumes and secrets answer 501
+ * naming what is not there. Errors are E2B's
  * {"code", "message"}, the status mirrored in code (the SDK branches on
  * it). The key: X-API-Key (E2B_API_KEY) is the BEARER_TOKEN; without one
  * any key is taken, as on every other route.
@@ -134,9 +136,8 @@ get_seconds(json_t *body, const char *key, double max, double dflt,
 	return 0;
 }
 
-/* Whether a field is absent or its SDK's "not asked for" value. */
-static int
-unset(json_t *v)
+int
+api_e2b_unset(json_t *v)
 {
 	return v == NULL || json_is_null(v) || json_is_false(v) ||
 	    (json_is_object(v) && json_object_size(v) == 0) ||
@@ -175,17 +176,15 @@ bad:
 /* A create's options beyond the template: those we serve, and a 400
  * naming any other that asks for something. */
 static int
-check_options(json_t *body, const struct sandbox_type *type, int v2,
-    struct error *err)
+check_options(json_t *body, struct error *err)
 {
 	static const char *const served[] = {
 		"templateID", "timeout", "metadata", "envVars", "secure",
 		"autoPause", "autoPauseMemory", "autoResume",
-		"allow_internet_access",
+		"allow_internet_access", "network",
 	};
 	json_t *v;
 	const char *k;
-	int bridge = strcmp(type->network, "bridge") == 0;
 
 	json_object_foreach(body, k, v) {
 		size_t i;
@@ -194,11 +193,10 @@ check_options(json_t *body, const struct sandbox_type *type, int v2,
 			if (strcmp(k, served[i]) == 0)
 				break;
 		}
-		if (i == sizeof served / sizeof served[0] && !unset(v)) {
+		if (i == sizeof served / sizeof served[0] &&
+		    !api_e2b_unset(v)) {
 			error_set(err, 400, "%s is not supported by sandboxd",
-			    strcmp(k, "mcp") == 0 ? "mcp (the MCP gateway)" :
-			    strcmp(k, "network") == 0 ? "network (egress "
-			    "rules)" : k);
+			    strcmp(k, "mcp") == 0 ? "mcp (the MCP gateway)" : k);
 			return -1;
 		}
 	}
@@ -213,15 +211,6 @@ check_options(json_t *body, const struct sandbox_type *type, int v2,
 	    "enabled"))) {
 		error_set(err, 400, "autoResume is not supported: resume a "
 		    "paused sandbox with connect");
-		return -1;
-	}
-	v = json_object_get(body, "allow_internet_access");
-	/* The v1 form's SDKs send true whatever the caller said: there it
-	 * is the default, not a request. */
-	if ((json_is_true(v) && v2 && !bridge) || (json_is_false(v) && bridge)) {
-		error_set(err, 400, "allow_internet_access: %s: the sandbox type "
-		    "'%s' has network '%s'", json_is_true(v) ? "true" : "false",
-		    type->name, type->network);
 		return -1;
 	}
 	return 0;
@@ -319,7 +308,7 @@ route_create(struct http_request *req, const struct e2b_path *p)
 	struct error err;
 	double timeout;
 	int pause = 0, secure = p->v2, rc;
-	json_t *body, *env, *meta;
+	json_t *body, *env, *meta, *net;
 
 	if ((body = body_json(req)) == NULL)
 		return;
@@ -337,7 +326,8 @@ route_create(struct http_request *req, const struct e2b_path *p)
 		error_set(&err, 404, "template '%.200s' not found", tmpl);
 		goto fail;
 	}
-	if (check_options(body, type, p->v2, &err) < 0)
+	if (check_options(body, &err) < 0 ||
+	    api_e2b_network_create(body, type, tmpl, p->v2, &net, &err) < 0)
 		goto fail;
 	c = xcalloc(1, sizeof *c);
 	c->req = req;
@@ -347,9 +337,11 @@ route_create(struct http_request *req, const struct e2b_path *p)
 	    json_object_get(body, "metadata"), timeout, pause, secure));
 	creq.type = type;
 	creq.meta = meta;
+	creq.network = net;
 	rc = pool_take_or_create(&creq, 1, &sb, created_cb, c, &err);
-	/* The sandbox holds what it took of it. */
+	/* The sandbox holds what it took of them. */
 	json_decref(meta);
+	json_decref(net);
 	if (rc < 0)
 		create_failed(c, NULL, &err);
 	else if (sb != NULL)
@@ -363,8 +355,8 @@ fail:
 
 /* One sandbox. */
 
-static void
-killed_cb(struct sandbox *sb, const struct error *err, void *arg)
+void
+api_e2b_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 {
 	(void)sb;
 	if (err != NULL)
@@ -488,7 +480,7 @@ route_resume(struct http_request *req, struct sandbox *sb, int connect)
 	} else if (json_is_false(json_object_get(body, "memory"))) {
 		api_e2b_reply_error(req, 400, "a resume without the memory "
 		    "(onResume: reboot) is not supported");
-	} else if (!unset(json_object_get(body, "autoPause"))) {
+	} else if (!api_e2b_unset(json_object_get(body, "autoPause"))) {
 		api_e2b_reply_error(req, 400, "autoPause is set at create only");
 	} else if (sb->state != SB_PAUSED && !connect) {
 		api_e2b_reply_error(req, 409, "sandbox %s is not paused",
@@ -536,12 +528,14 @@ sampled_cb(struct sandbox *sb, const struct sandbox_stats *st,
 	    now <= m->end + 1)) {
 		api_e2b_time(now, ts);
 		json_array_append_new(list, json_pack("{s:s,s:I,s:i,s:f,s:I,"
-		    "s:I,s:I,s:i,s:i}", "timestamp", ts, "timestampUnix",
+		    "s:I,s:I,s:I,s:I}", "timestamp", ts, "timestampUnix",
 		    (json_int_t)now, "cpuCount", (int)st->cpu_count,
 		    "cpuUsedPct", st->cpu_used_pct, "memUsed",
 		    (json_int_t)st->mem_used, "memTotal",
 		    (json_int_t)st->mem_total, "memCache",
-		    (json_int_t)st->mem_cache, "diskUsed", 0, "diskTotal", 0));
+		    (json_int_t)st->mem_cache, "diskUsed",
+		    (json_int_t)st->disk_used, "diskTotal",
+		    (json_int_t)st->disk_total));
 	}
 	http_reply_json(m->req, 200, list);
 	free(m);
@@ -582,6 +576,18 @@ route_metrics(struct http_request *req, struct sandbox *sb)
 	lifecycle_stats(sb, sampled_cb, m);
 }
 
+static void
+route_network(struct http_request *req, struct sandbox *sb)
+{
+	json_t *body;
+
+	if ((body = body_json(req)) == NULL)
+		return;
+	if (!owner_only(req, sb, "change its network"))
+		api_e2b_network_put(req, sb, body);
+	json_decref(body);
+}
+
 /* Routing. */
 
 /* What E2B has and sandboxd does not, named: under /e2b (top), as an
@@ -600,7 +606,6 @@ unsupported(const struct e2b_path *p)
 	static const char *const actions[][2] = {
 		{ "fork", "fork" },
 		{ "snapshots", "snapshots" },
-		{ "network", "network updates" },
 		{ "logs", "logs (the agent's log is the engine's: docker logs)" },
 	};
 	int sandboxes = p->n > 0 && strcmp(p->seg[0], "sandboxes") == 0;
@@ -649,7 +654,7 @@ sandbox_route(struct http_request *req, const struct e2b_path *p,
 	} else if (*action == '\0' && method == HTTP_METHOD_GET) {
 		http_reply_json(req, 200, api_e2b_detail_json(sb, 1));
 	} else if (*action == '\0' && method == HTTP_METHOD_DELETE) {
-		lifecycle_release(sb, killed_cb, req);
+		lifecycle_release(sb, api_e2b_done_cb, req);
 	} else if (strcmp(action, "timeout") == 0 && !p->v2 &&
 	    method == HTTP_METHOD_POST) {
 		route_timeout(req, sb, 0);
@@ -668,6 +673,9 @@ sandbox_route(struct http_request *req, const struct e2b_path *p,
 	} else if (strcmp(action, "metrics") == 0 && !p->v2 &&
 	    method == HTTP_METHOD_GET) {
 		route_metrics(req, sb);
+	} else if (strcmp(action, "network") == 0 && !p->v2 &&
+	    method == HTTP_METHOD_PUT) {
+		route_network(req, sb);
 	} else {
 		api_e2b_reply_error(req, 405, "%s is not a method of %s",
 		    http_request_method_name(req), http_request_path(req));

@@ -1,7 +1,8 @@
 /*
  * E2B's API on sandboxd (spec/e2b-wire.md), so that E2B's SDKs run
  * unchanged against it: what api_e2b.c (the control API under /e2b),
- * api_e2b_list.c (its list), api_e2b_router.c (the sandbox traffic the SDKs name by the
+ * api_e2b_list.c (its list), api_e2b_network.c (its network options),
+ * api_e2b_router.c (the sandbox traffic the SDKs name by the
  * E2b-Sandbox-Id header) and api_e2b_sandbox.c (E2B's fields of a
  * sandbox, its access tokens, its timeout) share. E2B's words stay in
  * these files.
@@ -39,8 +40,33 @@ enum api_e2b_token {
 	E2B_TOKEN_TRAFFIC,	/* E2B-Traffic-Access-Token */
 };
 
+/* api_e2b.c */
+
+/* Whether a field is absent or its SDK's "not asked for" value (null,
+ * false, {}, []). */
+int api_e2b_unset(json_t *v);
+/* A sandbox_done_cb whose arg is the request: 204, or the error. */
+void api_e2b_done_cb(struct sandbox *sb, const struct error *err,
+    void *arg);
+
 /* api_e2b_list.c: GET /e2b/v2/sandboxes (v2) and /e2b/sandboxes. */
 void api_e2b_list(struct http_request *req, int v2);
+
+/* api_e2b_network.c */
+
+/* The egress lists a create body asks for (allow_internet_access,
+ * network), as create_request.network: *out a checked network object
+ * (new reference), or NULL when it asks for nothing; 400 naming what
+ * sandboxd lacks, or the type when it has no network. */
+int api_e2b_network_create(json_t *body, const struct sandbox_type *type,
+    const char *tmpl, int v2, json_t **out, struct error *err);
+/* PUT /sandboxes/{id}/network with its body: 204 once the new lists
+ * hold. */
+void api_e2b_network_put(struct http_request *req, struct sandbox *sb,
+    json_t *body);
+/* allowInternetAccess and network of a SandboxDetail: the effective
+ * policy. */
+void api_e2b_network_info(struct sandbox *sb, json_t *detail);
 
 /* api_e2b_sandbox.c */
 

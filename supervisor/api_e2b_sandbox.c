@@ -319,8 +319,7 @@ api_e2b_detail_json(struct sandbox *sb, int detail)
 		explicit_bzero(token, sizeof token);
 	}
 	json_object_set_new(j, "domain", json_null());
-	json_object_set_new(j, "allowInternetAccess", json_boolean(
-	    sb->type != NULL && strcmp(sb->type->network, "bridge") == 0));
+	api_e2b_network_info(sb, j);
 	json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout",
 	    field_string(e, "on_timeout", "kill"), "autoResume", 0));
 	return j;

@@ -140,16 +140,24 @@ stats_cb(struct sandbox *sb, const struct sandbox_stats *st,
     const struct error *err, void *arg)
 {
 	struct http_request *req = arg;
+	json_t *j;
 
 	(void)sb;
-	if (err != NULL)
+	if (err != NULL) {
 		sandboxd_reply_error(req, err);
-	else
-		http_reply_json(req, 200, json_pack("{s:I,s:f,s:I,s:I,s:I}",
-		    "cpu_count", (json_int_t)st->cpu_count, "cpu_used_pct",
-		    st->cpu_used_pct, "mem_used", (json_int_t)st->mem_used,
-		    "mem_total", (json_int_t)st->mem_total, "mem_cache",
-		    (json_int_t)st->mem_cache));
+		return;
+	}
+	j = json_pack("{s:I,s:f,s:I,s:I,s:I}", "cpu_count",
+	    (json_int_t)st->cpu_count, "cpu_used_pct", st->cpu_used_pct,
+	    "mem_used", (json_int_t)st->mem_used, "mem_total",
+	    (json_int_t)st->mem_total, "mem_cache", (json_int_t)st->mem_cache);
+	/* Only known ones: its agent told them. */
+	if (st->disk_total > 0) {
+		json_object_set_new(j, "disk_used", json_integer(st->disk_used));
+		json_object_set_new(j, "disk_total",
+		    json_integer(st->disk_total));
+	}
+	http_reply_json(req, 200, j);
 }
 
 /* The part of rest before its query. */

@@ -140,6 +140,8 @@ submit_install(struct egress *e, const struct egress_policy *p,
 	job->install = 1;
 	job->resolver = e->port == NULL;
 	job->keep_names = keep_names;
+	if (!keep_names)
+		egress_dns_names_flushed(e);
 	/* 0 is every connection's mark before the rules saw it. */
 	if (++e->generation == 0)
 		e->generation = 1;

@@ -37,6 +37,11 @@ struct sandboxd_config;
 /* Entries a list may have, and how long one may be. */
 #define EGRESS_MAX_ENTRIES 256
 #define EGRESS_MAX_NAME 253
+/* How long a name's addresses stay let in: its TTL, but at least the
+ * first (the program that asked connects right after the answer, even
+ * one with a TTL of 0), at most the second. */
+#define EGRESS_MIN_TTL 5
+#define EGRESS_MAX_TTL 86400
 
 /* One sandbox's effective policy. Owned by whoever built it
  * (egress_policy_free). */
@@ -103,7 +108,9 @@ char *egress_rules_script(const struct egress_policy *p,
 /* Add addresses (nft's text, each "4 ADDR" or "6 ADDR") to the resolved
  * names' sets for ttl seconds, an address already there renewed. */
 char *egress_rules_names(const char *const *addrs, size_t n, int ttl);
-/* Whether addr (text) falls in a range every sandbox is denied. */
+/* Whether addr (4 or 16 bytes by family) falls in a range every sandbox
+ * is denied; an IPv6 one also as the IPv4-mapped or NAT64 form of a
+ * denied IPv4 address, which the rules refuse too. */
 int egress_rules_denied(int family, const void *addr);
 
 /* egress.c: one sandbox's enforcement. */

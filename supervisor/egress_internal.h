@@ -71,15 +71,26 @@ struct egress {
 	struct evdns_server_port *port;
 	LIST_HEAD(, egress_query) queries;
 	size_t nqueries;
+	/* The addresses it let into the names sets ("4 ADDR"), each until
+	 * when on the monotonic clock; and how often the sets were flushed
+	 * (egress_dns_names_flushed). */
+	json_t *names_in;
+	unsigned names_flushes;
 };
 
 /* egress_dns.c */
 int egress_dns_init(struct event_base *base, const char *servers,
     struct error *err);
 void egress_dns_shutdown(void);
+/* Keep from sock what the resolver must never read (a socket filter),
+ * before it is bound: 0, or -1 with errno. */
+int egress_dns_filter(int sock);
 /* Serve e's resolver on sock (taken over). */
 void egress_dns_start(struct egress *e, int sock);
-/* Its queries dropped, its socket closed. */
+/* Its queries dropped, its socket closed, what it let in forgotten. */
 void egress_dns_stop(struct egress *e);
+/* The names sets are flushed (an install that keeps no names): nothing
+ * let in before is there any longer. */
+void egress_dns_names_flushed(struct egress *e);
 
 #endif

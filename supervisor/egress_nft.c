@@ -99,7 +99,9 @@ resolver_socket(char *msg, size_t size)
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	inet_pton(AF_INET, EGRESS_RESOLVER, &sin.sin_addr);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0)
+	/* Filtered before bound: nothing reaches it unfiltered. */
+	if (fd >= 0 && egress_dns_filter(fd) == 0 &&
+	    bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0)
 		return fd;
 	snprintf(msg, size, "cannot listen on %s:53 in the sandbox: %s",
 	    EGRESS_RESOLVER, strerror(errno));

@@ -34,14 +34,17 @@
 #include "xmalloc.h"
 
 #define TABLE "inet sandboxd"
-/* A name's address stays at least this long: the program that asked
- * connects right after the answer, even one with a TTL of 0. */
-#define NAME_MIN_TTL 5
-#define NAME_MAX_TTL 86400
 
 static const char *const interval_sets[] = {
 	"host4", "host6", "block4", "block6", "allow4", "allow6", "deny4",
 	"deny6",
+};
+
+/* The IPv4-mapped and NAT64 prefixes (the last 4 bytes an IPv4
+ * address), whose forms of the denied IPv4 ranges are denied too. */
+static const unsigned char v4_in_v6[][12] = {
+	{ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff },
+	{ 0, 0x64, 0xff, 0x9b },
 };
 
 /* cidr into set<family> of buf's elements; an IPv4 range also as its
@@ -57,17 +60,13 @@ add_cidr(struct evbuffer *sets[2], const char *cidr, int mapped)
 	evbuffer_add_printf(sets[family == 6], "%s%s",
 	    evbuffer_get_length(sets[family == 6]) > 0 ? ", " : "", norm);
 	if (family == 4 && mapped) {
-		static const unsigned char prefixes[2][12] = {
-			{ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff },
-			{ 0, 0x64, 0xff, 0x9b },
-		};
 		const char *slash = strchr(norm, '/');
 		char v4[INET_ADDRSTRLEN], v6[INET6_ADDRSTRLEN];
 		unsigned char a[16];
 
 		snprintf(v4, sizeof v4, "%.*s", (int)(slash - norm), norm);
 		for (int i = 0; i < 2; i++) {
-			memcpy(a, prefixes[i], 12);
+			memcpy(a, v4_in_v6[i], 12);
 			inet_pton(AF_INET, v4, a + 12);
 			inet_ntop(AF_INET6, a, v6, sizeof v6);
 			evbuffer_add_printf(sets[1], "%s%s/%d",
@@ -185,10 +184,10 @@ egress_rules_names(const char *const *addrs, size_t n, int ttl)
 {
 	struct evbuffer *out = evbuffer_new(), *v[2][2];
 
-	if (ttl < NAME_MIN_TTL)
-		ttl = NAME_MIN_TTL;
-	if (ttl > NAME_MAX_TTL)
-		ttl = NAME_MAX_TTL;
+	if (ttl < EGRESS_MIN_TTL)
+		ttl = EGRESS_MIN_TTL;
+	if (ttl > EGRESS_MAX_TTL)
+		ttl = EGRESS_MAX_TTL;
 	for (int f = 0; f < 2; f++) {
 		v[f][0] = evbuffer_new();	/* with the timeout */
 		v[f][1] = evbuffer_new();	/* bare */
@@ -229,6 +228,12 @@ egress_rules_denied(int family, const void *addr)
 {
 	size_t n;
 	const char *const *ranges = egress_default_denied(&n);
+
+	for (size_t i = 0; family == 6 && i < 2; i++) {
+		if (memcmp(addr, v4_in_v6[i], 12) == 0 &&
+		    egress_rules_denied(4, (const unsigned char *)addr + 12))
+			return 1;
+	}
 
 	for (const char *const *r = ranges; r < ranges + n; r++) {
 		unsigned char net[16];

@@ -489,7 +489,13 @@ struct stats_call {
 	sandbox_stats_cb done;
 	void *arg;
 	struct error err;	/* refused before the backend was asked */
+	struct sandbox_stats st;	/* the backend's, while the agent is
+					 * asked for the disk */
 };
+
+/* The agent's envd answers at once; a sample does not wait long for
+ * what only adds the disk. */
+#define DISK_TIMEOUT 5.0
 
 static void
 stats_refused_cb(evutil_socket_t fd, short what, void *arg)
@@ -520,31 +526,68 @@ cpu_used_pct(struct sandbox *sb, const struct backend_stats *bs,
 }
 
 static void
+stats_end(struct stats_call *c)
+{
+	c->st.disk_used = c->sb->disk_used;
+	c->st.disk_total = c->sb->disk_total;
+	c->done(c->sb, &c->st, NULL, c->arg);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
+/* The agent's envd figures (E2B's /metrics): its root file system. The
+ * agent is inside the sandbox, so its answer is read with care. */
+static void
+disk_cb(struct sandbox *sb, int status, json_t *answer,
+    const struct error *err, void *arg)
+{
+	json_t *used = json_object_get(answer, "disk_used"),
+	    *total = json_object_get(answer, "disk_total");
+
+	if (err == NULL && status == 200 && json_is_integer(used) &&
+	    json_is_integer(total) && json_integer_value(used) >= 0 &&
+	    json_integer_value(total) >= json_integer_value(used)) {
+		sb->disk_used = json_integer_value(used);
+		sb->disk_total = json_integer_value(total);
+	} else {
+		log_debug("sandbox %s: no disk figures from its agent (%d%s%s)",
+		    sb->name, status, err != NULL ? ": " : "",
+		    err != NULL ? err->msg : "");
+	}
+	stats_end(arg);
+}
+
+static void
 sampled_cb(const struct backend_stats *bs, const struct error *err,
     void *arg)
 {
 	struct stats_call *c = arg;
 	struct sandbox *sb = c->sb;
-	struct sandbox_stats st = { 0 };
 	double cpus;
 
 	if (err != NULL) {
 		c->done(sb, NULL, err, c->arg);
-	} else {
-		/* The type's CPU limit where it has one, else the host's. */
-		cpus = sb->type != NULL && sb->type->nano_cpus > 0 ?
-		    (double)sb->type->nano_cpus / 1e9 : (double)bs->cpus;
-		st.cpu_count = (unsigned)cpus;
-		if ((double)st.cpu_count < cpus)
-			st.cpu_count++;
-		st.cpu_used_pct = cpu_used_pct(sb, bs, cpus);
-		st.mem_used = bs->mem_used;
-		st.mem_total = bs->mem_limit;
-		st.mem_cache = bs->mem_cache;
-		c->done(sb, &st, NULL, c->arg);
+		sandbox_unref(sb);
+		free(c);
+		return;
 	}
-	sandbox_unref(sb);
-	free(c);
+	/* The type's CPU limit where it has one, else the host's. */
+	cpus = sb->type != NULL && sb->type->nano_cpus > 0 ?
+	    (double)sb->type->nano_cpus / 1e9 : (double)bs->cpus;
+	c->st.cpu_count = (unsigned)cpus;
+	if ((double)c->st.cpu_count < cpus)
+		c->st.cpu_count++;
+	c->st.cpu_used_pct = cpu_used_pct(sb, bs, cpus);
+	c->st.mem_used = bs->mem_used;
+	c->st.mem_total = bs->mem_limit;
+	c->st.mem_cache = bs->mem_cache;
+	/* The engine has no disk figures; a frozen agent cannot answer, so
+	 * a paused one's are those of its last sample. */
+	if (sb->state == SB_RUNNING || sb->state == SB_WARM)
+		agent_call_json(sb, "GET", "/envd/metrics", NULL, DISK_TIMEOUT,
+		    disk_cb, c);
+	else
+		stats_end(c);
 }
 
 void

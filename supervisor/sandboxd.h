@@ -26,10 +26,10 @@
  *     streamable-HTTP MCP server), api_desktop.c + desktop_relay.c +
  *     desktop_token.c (desktops in a web browser: the page, the WebSocket
  *     relay, the links' tokens), api_e2b.c + api_e2b_list.c +
- *     api_e2b_router.c + api_e2b_sandbox.c (E2B's control routes under
- *     /e2b, its list, sandbox traffic routed by header, E2B's fields of a
- *     sandbox and its timeout), redact.c (host paths out of what clients
- *     read);
+ *     api_e2b_router.c + api_e2b_sandbox.c + api_e2b_network.c (E2B's
+ *     control routes under /e2b, its list, sandbox traffic routed by
+ *     header, E2B's fields of a sandbox and its timeout, its network
+ *     lists), redact.c (host paths out of what clients read);
  *   backends: backend.h + backend.c (the seam, by CONTAINER_DEPLOYMENT),
  *     backend_docker.c + docker_api.c (Docker);
  *   egress.h + egress.c + egress_policy.c + egress_rules.c + egress_nft.c
@@ -298,6 +298,8 @@ struct sandbox {
 	 * monotonic clock (0: none yet). */
 	uint64_t cpu_ns;
 	double cpu_at;
+	/* Its agent's last disk figures (bytes; 0: none yet). */
+	int64_t disk_used, disk_total;
 	/* When E2B's timeout ends it, on the monotonic clock; 0: none known
 	 * here (api_e2b_sandbox.c derives it from the wall-clock end its
 	 * record keeps, in meta.e2b, after a restart or a take elsewhere). */
@@ -445,6 +447,10 @@ struct sandbox_stats {
 	int64_t mem_used;		/* bytes */
 	int64_t mem_total;		/* its limit */
 	int64_t mem_cache;
+	/* Its root file system, as its agent's envd tells (the last answer
+	 * while it is paused or its agent does not answer); 0: none yet. */
+	int64_t disk_used;
+	int64_t disk_total;
 };
 typedef void (*sandbox_stats_cb)(struct sandbox *sb,
     const struct sandbox_stats *stats, const struct error *err, void *arg);

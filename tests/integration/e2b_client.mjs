@@ -16,6 +16,7 @@
 //   {"op": "list_info", "query"?}         -> the first page's items
 //   {"op": "set_timeout", "ms"}  {"op": "kill", "id"?}  {"op": "pause"}
 //   {"op": "is_running"}  {"op": "metrics"}  {"op": "forget"}: drop "sb"
+//   {"op": "update_network", "network"}: updateNetwork(network)
 //   {"op": "raw", "method", "path", "body"?, "key"?} -> {status, body}: the
 //       control API by fetch, for what the SDK never sends
 //   {"op": "wait_gone", "id"?}: getInfo until the sandbox is not found
@@ -127,6 +128,10 @@ const ops = {
   },
   async metrics(step) {
     return dates(await boxes[step.sb ?? "sb"].getMetrics());
+  },
+  async update_network(step) {
+    await boxes[step.sb ?? "sb"].updateNetwork(step.network);
+    return null;
   },
   async forget(step) {
     delete boxes[step.sb ?? "sb"];

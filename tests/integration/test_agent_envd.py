@@ -1,7 +1,8 @@
 """envd, E2B's in-sandbox API, served by the agent under /envd: the Connect
 services process.Process and filesystem.Filesystem with the JSON codec
 (unary calls and server streams, as the E2B SDKs send them) and the REST
-routes /files, /health, /envs and /init, against the real binary as root
+routes /files, /health, /envs, /init and /metrics, against the real
+binary as root
 with --run-as, as every image runs it.
 
 Every process and file operation must be the named user's: files it
@@ -482,6 +483,30 @@ def test_health_envs_init(envd, box):
     assert out == b"yes\n"
     r = envd.agent.post("/envd/init", {"caBundle": "---"})
     assert r.status_code == 400 and r.json()["code"] == 400
+
+
+def test_metrics_are_envds(envd):
+    """/metrics as E2B's envd answers it: the root file system's size and
+    use (statvfs, used = all but what is available), memory as
+    /proc/meminfo has it, the CPUs the agent may use."""
+    before = int(time.time())
+    r = envd.agent.get("/envd/metrics")
+    after = time.time()
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert set(m) == {"ts", "cpu_count", "cpu_used_pct", "mem_total",
+                      "mem_used", "mem_cache", "mem_total_mib",
+                      "mem_used_mib", "disk_used", "disk_total"}
+    fs = os.statvfs("/")
+    assert m["disk_total"] == fs.f_blocks * fs.f_frsize
+    assert 0 < m["disk_used"] <= m["disk_total"]
+    with open("/proc/meminfo") as f:
+        total = int(f.readline().split()[1]) * 1024
+    assert m["mem_total"] == total and m["mem_total_mib"] == total >> 20
+    assert 0 < m["mem_used"] < total and 0 <= m["mem_cache"] < total
+    assert m["cpu_count"] == len(os.sched_getaffinity(envd.agent.proc.pid))
+    assert 0 <= m["cpu_used_pct"] <= 100
+    assert before <= m["ts"] <= after
 
 
 # The user's credentials, and nothing of the agent's.

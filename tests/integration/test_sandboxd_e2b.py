@@ -92,12 +92,13 @@ def test_create_info_list_timeout_kill(e2b):
     timeout, getInfo, list by metadata, setTimeout moving the end, kill,
     and not found afterwards."""
     tag = f"t{time.time_ns()}"
-    a, info, metrics, listed, other, st, info2, killed, again, gone = run(
-        e2b, [
+    a, info, metrics, statfs, listed, other, st, info2, killed, again, \
+        gone = run(e2b, [
         {"op": "create", "opts": {"metadata": {"suite": tag, "k": "a b&c"},
                                   "timeoutMs": 120000}},
         {"op": "info"},
         {"op": "metrics"},
+        {"op": "run", "cmd": "stat -f -c '%b %S' /"},
         {"op": "list", "query": {"metadata": {"suite": tag,
                                               "k": "a b&c"}}},
         {"op": "list", "query": {"metadata": {"suite": tag, "k": "x"}}},
@@ -125,6 +126,10 @@ def test_create_info_list_timeout_kill(e2b):
     [m] = ok(metrics)
     assert m["cpuCount"] == 1 and m["memTotal"] == 1024 << 20, m
     assert 0 < m["memUsed"] <= m["memTotal"]
+    # The disk: its root file system, as statfs inside it has it.
+    blocks, size = map(int, ok(statfs)["stdout"].split())
+    assert m["diskTotal"] == blocks * size, (m, ok(statfs))
+    assert 0 < m["diskUsed"] <= m["diskTotal"], m
     assert ok(listed) == [[sid]]
     assert ok(other) == [[]]
     assert ok(st) is None
@@ -191,24 +196,28 @@ def test_pause_connect_and_auto_pause(e2b):
     resumes it; a sandbox created with onTimeout pause pauses at its
     timeout instead of ending."""
     lines = run(e2b, [
-        {"op": "create"},
+        {"op": "create"}, {"op": "metrics"},
         {"op": "pause"}, {"op": "pause"}, {"op": "info"},
-        {"op": "is_running"},
+        {"op": "is_running"}, {"op": "metrics"},
         {"op": "create", "as": "auto",
          "opts": {"timeoutMs": 1000, "lifecycle": {"onTimeout": "pause"}}},
     ])
     sid = ok(lines[0])["sandboxId"]
-    assert ok(lines[1]) is True and ok(lines[2]) is False
-    assert ok(lines[3])["state"] == "paused"
+    assert ok(lines[2]) is True and ok(lines[3]) is False
+    assert ok(lines[4])["state"] == "paused"
     assert e2b.inspect(sid)["State"]["Status"] == "paused"
-    assert ok(lines[4]) is False
+    assert ok(lines[5]) is False
+    # Paused, its agent cannot answer: the disk as last seen.
+    [before], [paused] = ok(lines[1]), ok(lines[6])
+    assert paused["diskTotal"] == before["diskTotal"] > 0
+    assert paused["diskUsed"] == before["diskUsed"] > 0
     connected, info = run(e2b, [
         {"op": "connect", "id": sid, "opts": {"timeoutMs": 60000}},
         {"op": "info", "id": sid}])
     assert ok(connected)["sandboxId"] == sid
     assert ok(info)["state"] == "running"
     assert e2b.inspect(sid)["State"]["Status"] == "running"
-    auto = ok(lines[5])["sandboxId"]
+    auto = ok(lines[7])["sandboxId"]
     wait_until(lambda: api(e2b, "GET", f"/sandboxes/{auto}").json()
                ["state"] == "paused", 60, what="the pause at the timeout")
     info = api(e2b, "GET", f"/sandboxes/{auto}").json()
@@ -264,8 +273,11 @@ def test_errors_are_e2bs(e2b):
     assert e["statusCode"] == 404 and "no-such-template" in e["message"], e
     assert err(lines[1])["name"] == "SandboxNotFoundError"
     assert ok(lines[2]) is False
+    # base has no network: nothing to deny or allow (the egress tests
+    # have a type with one).
     e = err(lines[3])
     assert e["statusCode"] == 400 and "network" in e["message"], e
+    assert "sandbox type 'base', which has no network" in e["message"], e
     e = err(lines[4])
     assert e["name"] == "SandboxError" and "mcp" in e["message"], e
     e = err(lines[5])
@@ -291,13 +303,15 @@ def test_errors_are_e2bs(e2b):
     for method, path, what in (
             ("POST", f"/sandboxes/{sid}/fork", "fork"),
             ("POST", f"/sandboxes/{sid}/snapshots", "snapshots"),
-            ("PUT", f"/sandboxes/{sid}/network", "network"),
             ("GET", "/snapshots", "snapshots"),
             ("DELETE", "/templates/x", "templates"),
             ("GET", f"/v2/sandboxes/{sid}/logs", "logs")):
         r = api(e2b, method, path, {})
         assert r.status_code == 501, (path, r.text)
         assert r.json()["code"] == 501 and what in r.json()["message"]
+    r = api(e2b, "PUT", f"/sandboxes/{sid}/network", {"allowOut": ["a.b"]})
+    assert r.status_code == 400, r.text
+    assert "'base', which has no network" in r.json()["message"], r.text
     r = api(e2b, "POST", f"/sandboxes/{sid}/pause", {"memory": False})
     assert r.status_code == 400 and "memory" in r.json()["message"]
     # A path that spells the prefix only once decoded names no route.

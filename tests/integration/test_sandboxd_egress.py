@@ -10,7 +10,8 @@ the gateway, another sandbox, the host's own addresses and any name
 server but its own; lists set at create and changed live open and close
 addresses and names; an allowed name that resolves into a private range
 stays refused; root in a root-mode sandbox cannot flush the rules; and
-nothing is left behind.
+nothing is left behind. E2B's SDK sets and changes the same lists
+(allowOut, denyOut, allowInternetAccess).
 """
 import base64
 import hashlib
@@ -27,6 +28,7 @@ from egress_world import (METADATA, PRIVATE, PUBLIC, PUBLIC2, ROUTER_DNS,
 from sandboxd_fixtures import (BUILD_IMAGE, base_tag, minimal_tag,  # noqa
                                start_sandboxd, scratch, wait_until,
                                write_types)
+from test_sandboxd_e2b import KEY, err, ok, run
 
 # Run inside a sandbox: each argument HOST:PORT (a name or an address) is
 # connected to over TCP and sent an HTTP GET, or dns:ADDR asked for a name
@@ -101,7 +103,14 @@ req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 def get():
     try:
         s.sendall(req)
-        return "open" if b"here" in s.recv(4096) else "empty"
+        data = b""
+        # The head and the body may come apart.
+        while b"here" not in data:
+            piece = s.recv(4096)
+            if not piece:
+                return "empty"
+            data += piece
+        return "open"
     except OSError as e:
         return "error %d" % e.errno
 first = get()
@@ -109,6 +118,53 @@ open("/tmp/first", "w").write(first)
 while not os.path.exists("/tmp/go"):
     time.sleep(0.05)
 print(first, get())
+'''
+
+
+# Run inside a sandbox: each argument NAME:QTYPE asked of the sandbox's
+# resolver, or raw:HEX sent to it as it is; for each what came back: the
+# rcode, the truncated bit, the number of answers and their longest TTL,
+# or "timeout".
+ASK = r'''
+import json, socket, struct, sys
+def ask(packet, wait):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(wait)
+    s.connect(("127.0.0.53", 53))
+    s.send(packet)
+    try:
+        data = s.recv(4096)
+    except socket.timeout:
+        return "timeout"
+    flags, qd, an = struct.unpack(">HHH", data[2:8])
+    i = 12
+    for _ in range(qd):
+        while data[i]:
+            i += 1 + data[i]
+        i += 5
+    ttls = []
+    for _ in range(an):
+        if data[i] & 0xc0:
+            i += 2
+        else:
+            while data[i]:
+                i += 1 + data[i]
+            i += 1
+        ttl, size = struct.unpack(">IH", data[i + 4:i + 10])
+        ttls.append(ttl)
+        i += 10 + size
+    return {"rcode": flags & 15, "tc": bool(flags & 0x200), "answers": an,
+            "ttl": max(ttls, default=None)}
+out = {}
+for arg in sys.argv[1:]:
+    kind, _, rest = arg.partition(":")
+    if kind == "raw":
+        out[arg] = ask(bytes.fromhex(rest), 3)
+        continue
+    q = b"".join(bytes([len(x)]) + x.encode() for x in kind.split("."))
+    out[arg] = ask(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+                   + q + b"\x00" + struct.pack(">HH", int(rest), 1), 8)
+print(json.dumps(out))
 '''
 
 
@@ -444,3 +500,129 @@ def test_an_adopted_sandbox_is_policed_again(start_sandboxd, base_tag, world,
                    f"{PRIVATE}:80": f"open here {PRIVATE}",
                    f"{METADATA}:80": "refused"}
     s2.post("/cleanup", {})
+
+
+def test_e2bs_network_options(start_sandboxd, base_tag, world, scratch):
+    """E2B's SDK, unchanged: Sandbox.create({network: {allowOut,
+    denyOut}}) and allowInternetAccess are the sandbox's egress lists,
+    updateNetwork replaces them live (what it omits is cleared), getInfo
+    shows the policy in force; what sandboxd lacks is refused naming it,
+    and a template without a network says so."""
+    s = start_sandboxd(tag=base_tag, token=KEY, env=world.sandboxd_env(),
+                       args=["--types", write_types(scratch(), TYPES)])
+    made, info = run(s, [
+        {"op": "create", "template": "netbox", "opts": {"network": {
+            "denyOut": ["0.0.0.0/0"], "allowOut": [PUBLIC2, "allowed.test"]}}},
+        {"op": "info"}])
+    sid = ok(made)["sandboxId"]
+    info = ok(info)
+    assert info["allowInternetAccess"] is True
+    assert info["network"] == {"allowOut": [f"{PUBLIC2}/32", "allowed.test"],
+                               "denyOut": ["0.0.0.0/0"]}, info
+    got = probe(s, sid, f"{PUBLIC2}:80", "allowed.test:80", f"{PUBLIC}:80",
+                f"{PRIVATE}:80")
+    assert got == {f"{PUBLIC2}:80": f"open here {PUBLIC2}",
+                   "allowed.test:80": f"open here {PUBLIC2}",
+                   f"{PUBLIC}:80": "refused", f"{PRIVATE}:80": "refused"}
+
+    # Internet off: E2B's denyOut of everything, the lists cleared too.
+    lines = run(s, [{"op": "connect", "id": sid},
+                    {"op": "update_network",
+                     "network": {"allowInternetAccess": False}},
+                    {"op": "info"}])
+    assert ok(lines[1]) is None
+    assert ok(lines[2])["allowInternetAccess"] is False
+    assert ok(lines[2])["network"] == {"allowOut": [], "denyOut": []}
+    got = probe(s, sid, f"{PUBLIC2}:80", "public.test:80")
+    assert got == {f"{PUBLIC2}:80": "refused", "public.test:80": "noname"}
+    # What an update omits is cleared: the internet is back.
+    lines = run(s, [{"op": "connect", "id": sid},
+                    {"op": "update_network",
+                     "network": {"denyOut": [f"{PUBLIC2}/32"]}},
+                    {"op": "info"}])
+    assert ok(lines[2])["allowInternetAccess"] is True
+    got = probe(s, sid, f"{PUBLIC}:80", f"{PUBLIC2}:80")
+    assert got == {f"{PUBLIC}:80": f"open here {PUBLIC}",
+                   f"{PUBLIC2}:80": "refused"}
+
+    closed, closed_info, proxy, rules, base, base_update = run(s, [
+        {"op": "create", "template": "netbox", "as": "closed",
+         "opts": {"allowInternetAccess": False}},
+        {"op": "info", "sb": "closed"},
+        {"op": "create", "template": "netbox", "as": "x", "opts": {
+            "network": {"egressProxy": {"address": "proxy.test:1080"}}}},
+        {"op": "create", "template": "netbox", "as": "x", "opts": {
+            "network": {"rules": {"api.test": [
+                {"transform": {"headers": {"A": "b"}}}]}}}},
+        {"op": "create", "template": "base", "as": "base",
+         "opts": {"network": {"allowOut": [PUBLIC]}}},
+        {"op": "update_network", "sb": "closed",
+         "network": {"allowOut": [PUBLIC], "rules": {"api.test": [{}]}}},
+    ])
+    assert ok(closed_info)["allowInternetAccess"] is False
+    got = probe(s, ok(closed)["sandboxId"], f"{PUBLIC}:80", "public.test:80")
+    assert got == {f"{PUBLIC}:80": "refused", "public.test:80": "noname"}
+    for line, what in ((proxy, "network.egressProxy"),
+                       (rules, "network.rules"),
+                       (base, "sandbox type 'base', which has no network"),
+                       (base_update, "network.rules")):
+        e = err(line)
+        assert e["statusCode"] == 400 and what in e["message"], e
+
+
+# A query for "leak-data.test." + "allowed" + "test" (one label holding
+# dots).
+HEXQ = "1234010000010000000000000f6c65616b2d646174612e746573742e07616c6c6f77656404746573740000010001"
+
+
+def test_the_resolver_takes_what_a_sandbox_and_upstream_send(egressd, world):
+    """A datagram shorter than a DNS header (libevent 2.1's server
+    dereferenced NULL on one: sandboxd died) is dropped, and the resolver
+    goes on answering; a name without records of the type asked is
+    NOERROR, not SERVFAIL; an answer of more addresses than fit in 512
+    bytes holds those that fit, untruncated, one record each, and the
+    name works; an upstream TTL of 2^31 - 1 reaches the sandbox cut to a
+    day, one of 2^32 - 1 as 0 (RFC 2181: the top bit set is 0); an
+    allowed name asked again while its address stays let in is answered
+    with no longer a TTL than it stays; a name is asked upstream as it
+    was judged."""
+    box = create(egressd)["container_name"]
+    got = json.loads(run_py(egressd, box, ASK, "raw:1234010000",
+                            "public.test:28", "public.test:1", "many.test:1",
+                            "huge.test:1", "wrap.test:1"))
+    assert got["raw:1234010000"] == "timeout"
+    assert got["public.test:28"] == {"rcode": 0, "tc": False, "answers": 0,
+                                     "ttl": None}
+    assert got["public.test:1"] == {"rcode": 0, "tc": False, "answers": 1,
+                                    "ttl": 30}
+    assert got["many.test:1"] == {"rcode": 0, "tc": False, "answers": 30,
+                                  "ttl": 30}, got
+    assert got["huge.test:1"]["ttl"] == 86400, got
+    assert got["wrap.test:1"]["ttl"] == 0, got
+    assert egressd.get("/v1/sandboxes").status_code == 200
+    # An allowed name with many addresses: those answered are let in.
+    many = create(egressd, network={"internet": False,
+                                    "allow_out": ["many.test", "allowed.test",
+                                                  "*.allowed.test"]})
+    got = probe(egressd, many["container_name"], "many.test:80",
+                f"{PUBLIC}:80")
+    assert got == {"many.test:80": f"open here {PUBLIC2}",
+                   f"{PUBLIC}:80": "refused"}
+    # Asked again while its address stays let in: answered at once, with
+    # no longer a TTL than it stays, and it still connects.
+    first, again = (json.loads(run_py(egressd, many["container_name"], ASK,
+                                      "allowed.test:1"))["allowed.test:1"]
+                    for _ in range(2))
+    # (many.test let its address in already: the same as allowed.test's.)
+    assert first["answers"] == again["answers"] == 1, (first, again)
+    assert 2 <= again["ttl"] <= first["ttl"] <= 30, (first, again)
+    got = probe(egressd, many["container_name"], "allowed.test:80")
+    assert got == {"allowed.test:80": f"open here {PUBLIC2}"}
+    # A label holding dots: "leak-data.test." then "allowed", "test"
+    # reads as a name under *.allowed.test, but would be asked upstream
+    # as leak-data.test (its empty label ends the name there), a name on
+    # no list, which the internet off must keep in: refused, not asked.
+    raw = "raw:" + HEXQ
+    got = json.loads(run_py(egressd, many["container_name"], ASK, raw))
+    assert got[raw] == {"rcode": 5, "tc": False, "answers": 0, "ttl": None}
+    assert "leak-data.test" not in world.asked()

@@ -2,7 +2,8 @@
 real dockerd's cgroup freezer, and what a paused sandbox means to sandboxd:
 its processes keep their state, its agent takes no calls, health checks and
 the idle reaper leave it alone, the state file and a restart keep it paused,
-shutdown removes it. And one sample of what a sandbox uses (/stats)."""
+shutdown removes it. And one sample of what a sandbox uses (/stats: CPU
+and memory from the engine, the disk from its agent)."""
 import json
 import os
 import signal
@@ -182,9 +183,14 @@ def test_stats(start_sandboxd):
     assert first["mem_total"] == 256 * 1024 * 1024
     assert 0 < first["mem_used"] <= first["mem_total"]
     assert 0 <= first["cpu_used_pct"] <= 100
+    # Its root file system, as its agent's statvfs has it.
+    assert 0 < first["disk_used"] <= first["disk_total"], first
     # The busy loop shows in the next sample, also while paused (the
     # engine's count is what it used before).
     wait_until(lambda: s.get(f"/v1/sandboxes/{name}/stats").json()
                ["cpu_used_pct"] > 0, 30, what="CPU use")
     assert s.post(f"/v1/sandboxes/{name}/pause").status_code == 200
-    assert s.get(f"/v1/sandboxes/{name}/stats").status_code == 200
+    paused = s.get(f"/v1/sandboxes/{name}/stats")
+    assert paused.status_code == 200
+    # Its agent frozen, the disk is as last sampled.
+    assert paused.json()["disk_total"] == first["disk_total"]

@@ -133,6 +133,11 @@ test_denied_addresses(void **state)
 		{ 4, "255.255.255.255", 1 }, { 6, "::1", 1 },
 		{ 6, "fd00:ec2::254", 1 }, { 6, "fe80::1", 1 },
 		{ 6, "2001:db8::1", 0 },
+		/* A denied IPv4 address in its IPv4-mapped and NAT64 forms (a
+		 * hostile AAAA answer: NAT64 would carry it there). */
+		{ 6, "::ffff:169.254.169.254", 1 }, { 6, "64:ff9b::a9fe:a9fe", 1 },
+		{ 6, "64:ff9b::10.1.2.3", 1 }, { 6, "64:ff9b::198.51.100.10", 0 },
+		{ 6, "::ffff:198.51.100.10", 0 },
 	};
 	struct sandboxd_config cfg = { 0 };
 	struct error err;
