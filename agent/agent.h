@@ -13,7 +13,7 @@
  *
  * Every file of a subsystem carries its prefix: files_* the /workspace
  * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
- * routes, mcp_* the MCP client, ipython.c and kernel* the IPython kernels,
+ * routes, mcp_* the MCP client, kernel* the IPython kernels,
  * ci_* the code interpreter of E2B's SDK on them, envd* E2B's in-sandbox
  * API (envd.h), desktop_*, vnc_* and computer_* the display and computer
  * use. Code sandboxd uses too lives in common/, among it work_queue.c and
@@ -90,7 +90,7 @@ struct agent {
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
 	struct work_pool *io_pool;	/* the file routes' reads and deletes,
 					 * off the loop; NULL: they answer 503 */
-	struct kernel *kernel;		/* run_ipython_cell's (ipython.c) */
+	struct kernel *kernel;		/* run_ipython_cell's (kernel_ipython.c) */
 	struct ci *ci;			/* the code interpreter (ci_*.c) */
 	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
@@ -170,10 +170,10 @@ void mcp_route_add_servers(struct http_request *req, void *arg);
 void mcp_route_list_tools(struct http_request *req, void *arg);
 void mcp_route_call_tool(struct http_request *req, void *arg);
 
-/* ipython.c: run_ipython_cell, on agent->kernel (kernel.h). prewarm
+/* kernel_ipython.c: run_ipython_cell, on agent->kernel (kernel.h). prewarm
  * starts that kernel now, not on first use (--prewarm-kernel). */
-void ipython_route_run(struct http_request *req, void *arg);
-void ipython_prewarm(struct agent *agent);
+void kernel_ipython_route_run(struct http_request *req, void *arg);
+void kernel_ipython_prewarm(struct agent *agent);
 
 /* ci_contexts.c, ci_execute.c: the code interpreter of E2B's SDK (its
  * port 49999 under /ci), on kernels of its own, one per context. init

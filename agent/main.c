@@ -362,7 +362,7 @@ serve(struct error *err)
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
-		ipython_prewarm(&agent);
+		kernel_ipython_prewarm(&agent);
 	ci_init(&agent);
 	shell_template_init(&agent);
 	hc.routes = agent_routes(&hc.nroutes);

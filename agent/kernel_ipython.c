@@ -88,7 +88,7 @@ shared_kernel(struct agent *agent)
 }
 
 void
-ipython_prewarm(struct agent *agent)
+kernel_ipython_prewarm(struct agent *agent)
 {
 	struct error err = { 0 };
 
@@ -97,7 +97,7 @@ ipython_prewarm(struct agent *agent)
 }
 
 void
-ipython_route_run(struct http_request *req, void *arg)
+kernel_ipython_route_run(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct ipython_call *call;
