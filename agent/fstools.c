@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "toolset.h"
 #include "xmalloc.h"
 
@@ -29,7 +29,7 @@ issue(struct fstools_buf *b, const char *expected, json_t *v, const char *at)
 		fstools_buf_str(b, "\n");
 	fstools_buf_printf(b, "Invalid input: expected %s, received %s",
 	    expected,
-	    v != NULL ? json_zod_type(v) : "undefined");
+	    v != NULL ? jsonx_zod_type(v) : "undefined");
 	if (at != NULL)
 		fstools_buf_printf(b, " at %s", at);
 }
