@@ -20,7 +20,7 @@ NODE = "/usr/bin/node"
 CLIENT = os.path.join(os.path.dirname(__file__), "sandbox_mcp_client.mjs")
 # SANDBOX_MCP_BIN: another build (the ASan one).
 MCP_BIN = os.environ.get("SANDBOX_MCP_BIN") or os.path.join(
-    ROOT, "mcp", "sandbox-mcp")
+    ROOT, "sandbox-mcp", "sandbox-mcp")
 
 
 def mcp_env():
