@@ -10,7 +10,7 @@
  * is sealed (ChaCha20-Poly1305, a random nonce, the key as associated
  * data): a reader of Redis cannot use it. One key per purpose, derived
  * with HKDF-SHA256 (salt "sandboxd-redis-v1", info "mac" and "seal").
- * The formats are those of tests/integration/redis_sign.py.
+ * The formats are those of tests/integration/helpers/redis_sign.py.
  */
 #include "sandboxd.h"
 
