@@ -90,14 +90,15 @@ $(BUILD)/agent/embed/%.o: agent/embed/%
 # binding then), only bash's two entry points exported.
 BASH_INC := -isystem /usr/include/bash -isystem /usr/include/bash/include \
 	-isystem /usr/include/bash/builtins
-$(SHELL_TEMPLATE_SO): agent/bash/shell_template_bash.c common/spawn_child.c \
-    common/fdio.c common/fdio.h common/spawn_internal.h common/spawn.h \
-    common/error.h agent/shell_template_wire.h
+$(SHELL_TEMPLATE_SO): agent/bash/shell_template_bash.c \
+    agent/bash/shell_template_start.c agent/bash/shell_template_bash.h \
+    common/spawn_child.c common/fdio.c common/fdio.h common/spawn_internal.h \
+    common/spawn.h common/error.h agent/shell_template_wire.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(WARN) -D_GNU_SOURCE -U_FORTIFY_SOURCE -O2 -g -fPIC -shared \
 		-fvisibility=hidden -Icommon $(BASH_INC) -Wl,-z,now \
 		-Wl,-z,noexecstack -o $@ agent/bash/shell_template_bash.c \
-		common/spawn_child.c common/fdio.c
+		agent/bash/shell_template_start.c common/spawn_child.c common/fdio.c
 	strip $@
 
 $(SHELL_TEMPLATE_OBJ): $(SHELL_TEMPLATE_SO)

@@ -130,11 +130,19 @@ void shell_stop(void);
  * starts it (--shell-template); run starts command (len bytes) there, as
  * bash -c would run it, with the caller's callbacks, caps and timeout,
  * or answers NULL when the template cannot take it now (the caller then
- * starts a bash -c itself); stop ends it (shutdown). */
+ * starts a bash -c itself); stop ends it (shutdown). start_bash starts
+ * there what an exec of bash with argv (argv[0] the template's shell)
+ * and envp would, as uid:gid (set_ids) in cwd, its stdin SPAWN_NULL or
+ * SPAWN_PIPE, its output to cb->on_output from cb->on_start on; NULL as
+ * for run. */
 struct spawn_callbacks;
 void shell_template_init(struct agent *agent);
 struct spawn *shell_template_run(const char *command, size_t len,
     const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
+    double timeout);
+struct spawn *shell_template_start_bash(const char *const *argv,
+    const char *const *envp, const char *cwd, int set_ids, uid_t uid,
+    gid_t gid, int stdin_pipe, const struct spawn_callbacks *cb, void *arg,
     double timeout);
 void shell_template_stop(void);
 

@@ -18,6 +18,13 @@
  * read at all, so memory stays bounded and the process waits, as in envd.
  * An exited process is kept KEEP_SECONDS for a late Connect, which then
  * gets its start and end.
+ *
+ * bash -c and bash -l -c without a pty (how E2B's SDKs run every command)
+ * start from the shell template, a fork of a bash made before the call
+ * made into a bash started anew with the call's argv, environment, user
+ * and directory (shell_template_start.c), instead of a bash executed for
+ * it: the start event and the output wait until it runs (its pid comes
+ * then), and it is in the table from then on.
  */
 #include "envd_process.h"
 
@@ -258,6 +265,8 @@ keep(struct envd_proc *p)
 	proc_free(oldest);
 }
 
+static void start_failed(struct envd_proc *p);
+
 static void
 on_exit_cb(struct spawn *sp, int status, void *arg)
 {
@@ -267,6 +276,10 @@ on_exit_cb(struct spawn *sp, int status, void *arg)
 	ssize_t n;
 
 	(void)sp;
+	if (p->starting != NULL) {
+		start_failed(p);
+		return;
+	}
 	/* What the process wrote before it exited is in the terminal. */
 	while (p->pty >= 0 && drained < PTY_DRAIN_MAX &&
 	    (n = pty_read(p)) > 0)
@@ -394,6 +407,88 @@ forget_kept(uint32_t pid, const char *tag)
 	}
 }
 
+/* argv is bash -c, after -l or --login if any. */
+static int
+bash_c(const char **argv)
+{
+	size_t i = 1;
+
+	while (argv[i] != NULL && (strcmp(argv[i], "-l") == 0 ||
+	    strcmp(argv[i], "--login") == 0))
+		i++;
+	return argv[i] != NULL && strcmp(argv[i], "-c") == 0 &&
+	    argv[i + 1] != NULL;
+}
+
+static void
+start_free(struct envd_proc *p)
+{
+	nrunning--;
+	envd_input_free(&p->in);
+	free(p->starting_dir);
+	free(p->tag);
+	json_decref(p->config);
+	free(p);
+}
+
+/* Its command could not start: the Start call fails as a failed exec
+ * would (status 400, envd's), and the process never was. */
+static void
+start_failed(struct envd_proc *p)
+{
+	struct error err = { 0 };
+	int in_cwd, e = spawn_start_errno(p->sp, &in_cwd);
+
+	if (in_cwd)
+		error_set_errno(&err, 400, e, "cannot change to directory %s",
+		    p->starting_dir);
+	else if (e != 0)
+		error_set_errno(&err, 400, e, "cannot start %s",
+		    json_string_value(json_object_get(p->config, "cmd")));
+	else
+		error_set(&err, 400, "the process was killed before it "
+		    "started");
+	envd_fail(p->starting, &err);
+	spawn_free(p->sp);
+	start_free(p);
+}
+
+/* The client left before the command ran: it goes too. */
+static void
+start_gone(struct envd_call *call, void *arg)
+{
+	struct envd_proc *p = arg;
+
+	(void)call;
+	spawn_free(p->sp);
+	start_free(p);
+}
+
+static void
+insert(struct envd_proc *p)
+{
+	forget_kept(p->pid, p->tag);
+	LIST_INSERT_HEAD(&procs, p, entry);
+}
+
+/* The template's command runs: its pid is known, the stream begins. */
+static void
+started_cb(struct spawn *sp, void *arg)
+{
+	struct envd_proc *p = arg;
+	struct envd_call *call = p->starting;
+
+	p->pid = (uint32_t)spawn_pid(sp);
+	p->starting = NULL;
+	free(p->starting_dir);
+	p->starting_dir = NULL;
+	envd_call_on_close(call, NULL, NULL);
+	insert(p);
+	log_debug("envd: process %u started from the shell template",
+	    (unsigned)p->pid);
+	subscribe(p, call);
+}
+
 static struct spawn *
 start_spawn(struct envd_call *call, struct envd_proc *p, const char **argv,
     char **env, const char *cwd, int stdin_open, int slave, struct error *err)
@@ -401,6 +496,21 @@ start_spawn(struct envd_call *call, struct envd_proc *p, const char **argv,
 	const struct envd_user *u = envd_call_user(call);
 	struct spawn_callbacks cb = { .on_exit = on_exit_cb };
 	struct spawn_options o;
+	int set_ids = envd_user_switches(u->uid, u->gid);
+
+	if (slave < 0 && bash_c(argv)) {
+		cb.on_output = on_output;
+		cb.on_start = started_cb;
+		p->sp = shell_template_start_bash(argv,
+		    (const char *const *)env, cwd, set_ids, u->uid, u->gid,
+		    stdin_open, &cb, p, envd_call_timeout(call));
+		if (p->sp != NULL) {
+			p->starting = call;
+			p->starting_dir = xstrdup(cwd);
+			return p->sp;
+		}
+		cb.on_start = NULL;
+	}
 
 	confine_spawn_options(envd_call_agent(call), &o);
 	o.argv = argv;
@@ -408,7 +518,7 @@ start_spawn(struct envd_call *call, struct envd_proc *p, const char **argv,
 	o.cwd = cwd;
 	o.cwd_as_user = 1;
 	o.search_path = 1;
-	o.set_ids = envd_user_switches(u->uid, u->gid);
+	o.set_ids = set_ids;
 	o.uid = u->uid;
 	o.gid = u->gid;
 	o.timeout = envd_call_timeout(call);
@@ -475,13 +585,14 @@ start_run(struct envd_call *call, json_t *msg)
 			err.status = 400;	/* envd's choice */
 		goto fail;
 	}
-	p->pid = (uint32_t)spawn_pid(p->sp);
 	p->tag = tag != NULL ? xstrdup(tag) : NULL;
 	p->config = config;
 	config = NULL;
-	forget_kept(p->pid, tag);
-	LIST_INSERT_HEAD(&procs, p, entry);
 	nrunning++;
+	if (p->starting == NULL) {
+		p->pid = (uint32_t)spawn_pid(p->sp);
+		insert(p);
+	}
 	if (master >= 0) {
 		p->in.fd = fcntl(master, F_DUPFD_CLOEXEC, 0);
 		fcntl(master, F_SETFL, O_NONBLOCK);
@@ -492,10 +603,15 @@ start_run(struct envd_call *call, json_t *msg)
 	} else if (stdin_open) {
 		p->in.fd = spawn_take_fd(p->sp, 0);
 	}
-	log_debug("envd: process %u started (%s)", (unsigned)p->pid, argv[0]);
 	free(argv);
 	free(dir);
 	envd_env_free(env);
+	if (p->starting != NULL) {
+		envd_call_on_close(call, start_gone, p);
+		return;
+	}
+	log_debug("envd: process %u started (%s)", (unsigned)p->pid,
+	    json_string_value(json_object_get(p->config, "cmd")));
 	subscribe(p, call);
 	return;
 fail:

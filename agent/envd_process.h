@@ -40,6 +40,11 @@ struct envd_proc {
 	int paused;			/* output not read: a stream lags */
 	json_t *end;			/* the end event, once it exited */
 	struct event *expire;		/* when an exited one is forgotten */
+	/* Started through the shell template: the Start call, until its
+	 * command runs (it has no pid and is not in the table before), and
+	 * its directory, for the error if it cannot. */
+	struct envd_call *starting;
+	char *starting_dir;
 };
 
 /* The running process (or, with exited, also a kept one) the selector

@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,34 +260,73 @@ shell_template_init(struct agent *agent)
 }
 
 struct shell_template_send {
+	struct shell_template_request req;
 	const char *text;
-	size_t len;
 };
 
 /* spawn_start_via's start: the request, to the template. */
 static int
 send_request(const int fds[3], int report_fd, void *arg)
 {
-	const struct shell_template_send *c = arg;
-	struct shell_template_request req = { SHELL_TEMPLATE_MAGIC,
-	    (uint32_t)c->len, c->len > SHELL_TEMPLATE_TEXT_MAX };
+	struct shell_template_send *c = arg;
 	int fd[SHELL_TEMPLATE_FDS + 1] = { fds[0], fds[1], fds[2], report_fd,
 	    -1 };
-	struct iovec iov[2] = { { &req, sizeof req },
-	    { (void *)c->text, req.in_memfd ? 0 : c->len } };
+	struct iovec iov[2] = { { &c->req, sizeof c->req },
+	    { (void *)c->text, 0 } };
 	size_t nfd = SHELL_TEMPLATE_FDS;
 	ssize_t n;
 
-	if (req.in_memfd) {
+	c->req.magic = SHELL_TEMPLATE_MAGIC;
+	c->req.in_memfd = c->req.len > SHELL_TEMPLATE_TEXT_MAX;
+	if (c->req.in_memfd) {
 		fd[nfd++] = spawn_memfd("sandbox-agent-command", c->text,
-		    c->len);
+		    c->req.len);
 		if (fd[nfd - 1] < 0)
 			return -1;
+	} else {
+		iov[1].iov_len = c->req.len;
 	}
 	n = fdio_send_fds(tpl.sock, iov, 2, fd, nfd, MSG_DONTWAIT);
-	if (req.in_memfd)
+	if (c->req.in_memfd)
 		close(fd[SHELL_TEMPLATE_FDS]);
 	return n < 0 ? -1 : 0;
+}
+
+/* Whether the template can take a call now (it is started anew in a
+ * replaced workspace, and takes none until it is ready again). */
+static int
+template_usable(void)
+{
+	dev_t dev;
+	ino_t ino;
+
+	if (!tpl.ready || workspace_id(&dev, &ino) < 0)
+		return 0;
+	if (dev != tpl.dev || ino != tpl.ino) {
+		log_info("the workspace was replaced: the shell template "
+		    "starts again in it");
+		template_close();
+		template_start();
+		return 0;
+	}
+	return 1;
+}
+
+static struct spawn *
+send_via(struct spawn_options *o, struct shell_template_send *c,
+    const struct spawn_callbacks *cb, void *arg, double timeout)
+{
+	struct error err = { 0 };
+	struct spawn *sp;
+
+	o->new_group = 1;
+	o->stdio[1] = o->stdio[2] = SPAWN_CAPTURE;
+	o->timeout = timeout;
+	sp = spawn_start_via(tpl.agent->base, o, send_request, c, cb, arg,
+	    &err);
+	if (sp == NULL)
+		log_debug("not through the shell template: %s", err.msg);
+	return sp;
 }
 
 struct spawn *
@@ -294,35 +334,68 @@ shell_template_run(const char *command, size_t len,
     const struct spawn_callbacks *cb, void *arg, const size_t cap[3],
     double timeout)
 {
-	struct shell_template_send c = { command, len };
+	struct shell_template_send c = { { .kind = SHELL_TEMPLATE_RUN,
+	    .len = (uint32_t)len }, command };
 	struct spawn_options o;
-	struct error err = { 0 };
-	struct spawn *sp;
-	dev_t dev;
-	ino_t ino;
 
-	if (!tpl.ready)
+	if (!template_usable() || len > UINT32_MAX)
 		return NULL;
-	if (workspace_id(&dev, &ino) < 0)
-		return NULL;
-	if (dev != tpl.dev || ino != tpl.ino) {
-		log_info("the workspace was replaced: the shell template "
-		    "starts again in it");
-		template_close();
-		template_start();
-		return NULL;
-	}
 	memset(&o, 0, sizeof o);
-	o.new_group = 1;
 	o.stdio[0] = SPAWN_NULL;
-	o.stdio[1] = o.stdio[2] = SPAWN_CAPTURE;
 	o.capture_cap[1] = cap[1];
 	o.capture_cap[2] = cap[2];
-	o.timeout = timeout;
-	sp = spawn_start_via(tpl.agent->base, &o, send_request, &c, cb, arg,
-	    &err);
-	if (sp == NULL)
-		log_debug("not through the shell template: %s", err.msg);
+	return send_via(&o, &c, cb, arg, timeout);
+}
+
+/* Variables an exec of bash would have its loader or libc read as it
+ * starts, which a fork of the template has long been past: a call with
+ * them takes the plain path. */
+static int
+loader_variables(const char *const *envp)
+{
+	for (; *envp != NULL; envp++)
+		if (strncmp(*envp, "LD_", 3) == 0 ||
+		    strncmp(*envp, "MALLOC_", 7) == 0 ||
+		    strncmp(*envp, "GLIBC_TUNABLES=", 15) == 0)
+			return 1;
+	return 0;
+}
+
+static void
+add_strings(struct evbuffer *text, const char *const *v, uint32_t *n)
+{
+	for (*n = 0; v[*n] != NULL; (*n)++)
+		evbuffer_add(text, v[*n], strlen(v[*n]) + 1);
+}
+
+struct spawn *
+shell_template_start_bash(const char *const *argv, const char *const *envp,
+    const char *cwd, int set_ids, uid_t uid, gid_t gid, int stdin_pipe,
+    const struct spawn_callbacks *cb, void *arg, double timeout)
+{
+	struct shell_template_send c = { { .kind = SHELL_TEMPLATE_START,
+	    .set_ids = set_ids != 0, .uid = (uint32_t)uid,
+	    .gid = (uint32_t)gid }, NULL };
+	struct evbuffer *text;
+	struct spawn_options o;
+	struct spawn *sp = NULL;
+
+	if (strcmp(argv[0], tpl.agent->shell) != 0 || loader_variables(envp) ||
+	    !template_usable())
+		return NULL;
+	text = evbuffer_new();
+	add_strings(text, argv, &c.req.argc);
+	add_strings(text, envp, &c.req.envc);
+	evbuffer_add(text, cwd != NULL ? cwd : "", cwd != NULL ?
+	    strlen(cwd) + 1 : 1);
+	if (evbuffer_get_length(text) <= UINT32_MAX) {
+		c.req.len = (uint32_t)evbuffer_get_length(text);
+		c.text = (const char *)evbuffer_pullup(text, -1);
+		memset(&o, 0, sizeof o);
+		o.stdio[0] = stdin_pipe ? SPAWN_PIPE : SPAWN_NULL;
+		sp = send_via(&o, &c, cb, arg, timeout);
+	}
+	evbuffer_free(text);
 	return sp;
 }
 

@@ -11,7 +11,8 @@
  * (inline, or in a memfd when longer than SHELL_TEMPLATE_TEXT_MAX) and
  * descriptors (SCM_RIGHTS): stdin, stdout, stderr, the report pipe's write
  * end, then the memfd if any. The template answers nothing: the keeper it
- * forks reports on that pipe (spawn_start_via).
+ * forks reports on that pipe (spawn_start_via), and the command tells
+ * there that it runs once it has set itself up (SPAWN_MSG_STARTED).
  */
 #ifndef SHELL_TEMPLATE_WIRE_H
 #define SHELL_TEMPLATE_WIRE_H
@@ -46,10 +47,27 @@ struct shell_template_ready {
 	int32_t pid;
 };
 
+/* What a request asks for. */
+enum shell_template_kind {
+	/* run_shell_command: the text, as bash -c would run it, as the
+	 * commands' user in the template's directory. */
+	SHELL_TEMPLATE_RUN,
+	/* envd's Start: a bash started anew from argv with envp, as uid:gid
+	 * (set_ids) in cwd (bash/shell_template_start.c). The text is argc
+	 * strings of argv, envc of envp, then cwd, each ended by a NUL. */
+	SHELL_TEMPLATE_START,
+};
+
 struct shell_template_request {
 	uint32_t magic;
 	uint32_t len;		/* bytes of text */
 	uint32_t in_memfd;	/* the text is in the fifth descriptor */
+	uint32_t kind;		/* enum shell_template_kind */
+	uint32_t set_ids;	/* START: its user */
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t argc;		/* START: its strings */
+	uint32_t envc;
 };
 
 /* Descriptors with a request: stdin, stdout, stderr, report, [memfd]. */

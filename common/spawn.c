@@ -48,6 +48,9 @@ struct spawn {
 	int via;
 	int kill_pending;	/* a signal asked for before pid was known */
 	int freed;		/* freed by its owner before pid was known */
+	/* Its command's start still to come (on_start): output waits. */
+	int awaiting_start;
+	int report_in_cwd;	/* report_err is of its directory */
 	/* Reports still to come (a keeper's, to the end). */
 	int report_fd;
 	struct event *report_ev;
@@ -216,7 +219,8 @@ spawn_check_done(struct spawn *sp)
 {
 	if (sp->done || !sp->exited)
 		return;
-	if (!streams_open(sp)) {
+	/* One that never started ran nothing that could hold its pipes. */
+	if (!streams_open(sp) || sp->awaiting_start) {
 		finish(sp);
 		return;
 	}
@@ -311,6 +315,20 @@ keeper_known(struct spawn *sp, pid_t pid)
 		spawn_kill(sp, sp->kill_pending);
 }
 
+/* A spawn_start_via's command runs: its owner is told, then its output
+ * is read. */
+static void
+started(struct spawn *sp)
+{
+	if (!sp->awaiting_start || sp->freed)
+		return;
+	sp->awaiting_start = 0;
+	sp->cb.on_start(sp, sp->arg);
+	for (int i = 1; i < 3 && !sp->paused; i++)
+		if (sp->out[i].ev != NULL)
+			event_add(sp->out[i].ev, NULL);
+}
+
 /* A keeper's reports as they come: its own pid (spawn_start_via), the
  * command's pid, and the command's status, which is its exit. End of file
  * without it: the keeper died (killed, or it could not start the command),
@@ -332,11 +350,15 @@ report_cb(evutil_socket_t fd, short what, void *arg)
 			keeper_known(sp, (pid_t)msg.value);
 		} else if (msg.kind == SPAWN_MSG_PID) {
 			sp->cmd = (pid_t)msg.value;
+		} else if (msg.kind == SPAWN_MSG_STARTED && sp->via) {
+			sp->cmd = (pid_t)msg.value;
+			started(sp);
 		} else if (msg.kind == SPAWN_MSG_STATUS) {
 			status = msg.value;
 			ended = 1;
 		} else {
 			sp->report_err = msg.value;
+			sp->report_in_cwd = msg.kind == SPAWN_MSG_CHDIR;
 		}
 	}
 	if (!ended && n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -459,6 +481,8 @@ spawn_new(struct event_base *base, const struct spawn_options *o,
 	if (cb != NULL)
 		sp->cb = *cb;
 	sp->arg = arg;
+	sp->via = report_fd >= 0 && pid == 0;
+	sp->awaiting_start = sp->via && sp->cb.on_start != NULL;
 	for (int i = 0; i < 3; i++) {
 		sp->out[i].fd = -1;
 		sp->pipe_fd[i] = -1;
@@ -473,7 +497,8 @@ spawn_new(struct event_base *base, const struct spawn_options *o,
 			fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
 			s->ev = event_new(base, s->fd, EV_READ | EV_PERSIST,
 			    read_cb, sp);
-			event_add(s->ev, NULL);
+			if (!sp->awaiting_start)
+				event_add(s->ev, NULL);
 		} else if (parent_fd[i] >= 0) {
 			close(parent_fd[i]);	/* capture of stdin: nothing */
 		}
@@ -558,7 +583,6 @@ spawn_start_via(struct event_base *base, const struct spawn_options *o,
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
 	int errpipe[2] = { -1, -1 }, devnull = -1;
-	struct spawn *sp;
 
 	if (stdio_open(o, child_fd, parent_fd, &devnull, err) < 0 ||
 	    make_pipe(errpipe, err) < 0)
@@ -570,9 +594,7 @@ spawn_start_via(struct event_base *base, const struct spawn_options *o,
 	}
 	close(errpipe[1]);
 	stdio_close_child(o, child_fd, &devnull);
-	sp = spawn_new(base, o, cb, arg, 0, 0, errpipe[0], parent_fd);
-	sp->via = 1;
-	return sp;
+	return spawn_new(base, o, cb, arg, 0, 0, errpipe[0], parent_fd);
 fail:
 	close_all(parent_fd, 3);
 	stdio_close_child(o, child_fd, &devnull);
@@ -601,6 +623,13 @@ pid_t
 spawn_pid(struct spawn *sp)
 {
 	return sp->cmd;
+}
+
+int
+spawn_start_errno(struct spawn *sp, int *in_cwd)
+{
+	*in_cwd = sp->report_in_cwd;
+	return sp->report_err;
 }
 
 int
@@ -682,7 +711,7 @@ spawn_resume_output(struct spawn *sp)
 	if (!sp->paused)
 		return;
 	sp->paused = 0;
-	for (int i = 1; i < 3; i++)
+	for (int i = 1; i < 3 && !sp->awaiting_start; i++)
 		if (sp->out[i].ev != NULL)
 			event_add(sp->out[i].ev, NULL);
 	/* Not finished from here: end of file, or the grace, does that

@@ -80,6 +80,11 @@ struct spawn_callbacks {
 	 * children passed).
 	 * status is as from waitpid. The caller still frees with spawn_free. */
 	void (*on_exit)(struct spawn *sp, int status, void *arg);
+	/* spawn_start_via only, when set: its command has set itself up
+	 * (group, streams, user, directory) and runs; spawn_pid is its pid.
+	 * Its output is read from then on. One that could not start
+	 * exits without it (spawn_start_errno says why). Must not free sp. */
+	void (*on_start)(struct spawn *sp, void *arg);
 };
 
 /* A memfd named name holding len bytes of data, at offset 0 (a child's
@@ -111,6 +116,10 @@ struct spawn *spawn_start_via(struct event_base *base,
     struct error *err);
 /* The program's pid (not its keeper's). */
 pid_t spawn_pid(struct spawn *sp);
+/* Why a spawn_start_via's command that exited before on_start did not
+ * start: the errno it told (*in_cwd: changing to its directory), or 0
+ * (killed before it could, or its request was refused). */
+int spawn_start_errno(struct spawn *sp, int *in_cwd);
 /* Our end of a SPAWN_PIPE stream, now owned by the caller; -1 otherwise. */
 int spawn_take_fd(struct spawn *sp, int stream);
 /* Signal the child (its whole group if it has one; with SIGKILL, its

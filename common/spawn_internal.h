@@ -31,6 +31,10 @@ enum spawn_msg_kind {
 	 * right after, with the same; told first, the runner need not wait
 	 * for that exit (and the teardown of a copy of its memory). */
 	SPAWN_MSG_STATUS,
+	/* A command that runs on without exec (the shell template's) has
+	 * set itself up and runs, before anything of the user's: its own
+	 * pid. What an exec closing the pipe tells of the others. */
+	SPAWN_MSG_STARTED,
 };
 
 struct spawn_msg {

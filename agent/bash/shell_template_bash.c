@@ -7,38 +7,6 @@
  * The agent's bash runs `bash -c 'enable -f SO shell_template'`: once bash
  * has read its environment, set its variables and signals and parsed
  * that line, and while `enable` runs our load function (before it even
- * registers the builtin), that function takes the commands. Per command
- * it makes a keeper that shares its memory (clone with CLONE_VM, no page
- * table to copy) and is the agent's child (CLONE_PARENT), so spawn.c
- * reaps and signals it as any keeper; the keeper runs spawn_child.c's
- * keeper, whose command is a fork of this bash (_Fork: a copy of its
- * memory, no exec). The command jumps back to our load function's frame
- * on bash's own stack, confines itself as spawn_child.c confines any
- * command (group, stdio, user; the seccomp filter is the template's own,
- * loaded once at the hello and shared by every fork), sets back what a
- * bash started
- * now would have fresh ($$, PPID, the user's ids and defaults, SECONDS,
- * RANDOM, BASH_EXECUTION_STRING, the state of a running `enable`), and
- * runs the text as bash -c does: parse_and_execute(text, "-c") at the top
- * level, then exit_shell. Errors, `exit`, `set -e`, traps and the exec of
- * a last simple command are bash's own code.
- *
- * The template's loop makes only system calls (no malloc, no stdio, no
- * lock), so a fork taken by a keeper at any moment finds glibc's state
- * whole; the keepers use glibc's wrappers, which in a process with one
- * thread touch nothing shared but errno, on which no choice of theirs
- * depends. Every signal stays blocked here and in the keepers, which
- * start so; the command gets the mask bash had.
- */
-/*
- * The shell template's builtin: a shared object loaded into one bash that
- * the agent starts as root, once (agent/shell_template.c), and in which
- * that bash serves until its socket ends. Built against Debian's
- * bash-builtins headers (bash 5.2) and carried inside the agent.
- *
- * The agent's bash runs `bash -c 'enable -f SO shell_template'`: once bash
- * has read its environment, set its variables and signals and parsed
- * that line, and while `enable` runs our load function (before it even
  * registers the builtin), that function takes over. It loads the seccomp
  * filter the agent sends (once: every fork shares it) and keeps
  * READY_PAIRS pairs ready, each a keeper and its command:
@@ -61,6 +29,9 @@
  * "-c") at the top level, then exit_shell. Errors, `exit`, `set -e`, traps
  * and the exec of a last simple command are bash's own code. The fork,
  * the keeper and the template's turn are done before the request comes.
+ * A request of envd's (SHELL_TEMPLATE_START) makes the command a bash
+ * started anew instead (shell_template_start.c). Either tells the agent
+ * that it runs once it has set itself up, before anything of the user's.
  *
  * A waiting pair is root and undumpable, with the template's limits,
  * priority and CPUs, which are the agent's: no process of the user may
@@ -107,7 +78,7 @@
 
 #include "fdio.h"
 #include "spawn_internal.h"
-#include "../shell_template_wire.h"
+#include "shell_template_bash.h"
 
 #define PUBLIC __attribute__((visibility("default")))
 
@@ -204,8 +175,8 @@ slot_get(void)
 	return tpl.slots[tpl.nslots++];
 }
 
-static void
-tell(int fd, int kind, int value)
+void
+shell_template_tell(int fd, int kind, int value)
 {
 	struct spawn_msg msg = { kind, value };
 
@@ -283,7 +254,7 @@ keeper_main(void *arg)
 	}
 	s->taken = 1;
 	tell_template(TOLD_TAKEN);
-	tell(report, SPAWN_MSG_KEEPER, (int)getpid());
+	shell_template_tell(report, SPAWN_MSG_KEEPER, (int)getpid());
 	spawn_keeper_run(cmd, report);
 }
 
@@ -375,7 +346,8 @@ request_check(ssize_t n, struct msghdr *mh)
 	if (!tpl.req.in_memfd && (tpl.req.len > SHELL_TEMPLATE_TEXT_MAX ||
 	    (size_t)n != sizeof tpl.req + tpl.req.len))
 		return -1;
-	return 0;
+	return tpl.req.kind == SHELL_TEMPLATE_RUN ||
+	    tpl.req.kind == SHELL_TEMPLATE_START ? 0 : -1;
 }
 
 /* In a waiting command: the next request, its report pipe handed to the
@@ -517,12 +489,15 @@ command_run(void)
 		_exit(0);
 	close(kc);
 	if ((text = command_text()) == NULL) {
-		tell(report, SPAWN_MSG_ERRNO, EIO);
+		shell_template_tell(report, SPAWN_MSG_ERRNO, EIO);
 		_exit(127);
 	}
 	memcpy(fd, tpl.fd, sizeof fd);
+	if (tpl.req.kind == SHELL_TEMPLATE_START)
+		shell_template_start(&tpl.req, text, &tpl.o, fd, report);
 	if (spawn_child_confine(&tpl.o, fd, report) < 0)
 		_exit(127);
+	shell_template_tell(report, SPAWN_MSG_STARTED, (int)getpid());
 	sigprocmask(SIG_SETMASK, &tpl.mask, NULL);
 	/* As an exec of bash would leave it: a root one dumpable, one of the
 	 * user's not (it changed ids; the plain path runs the user's bash

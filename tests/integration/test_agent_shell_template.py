@@ -191,6 +191,8 @@ def test_template_command_runs_in_its_own_group_as_a_fresh_shell(
 # them: values that differ from one process to the next are shown by what
 # they are ($$ the shell's pid, PPID its parent's, whose parent is the
 # agent; RANDOM and the clocks masked), all else as it is.
+# /proc/$$/status is read by bash itself: a child reading it can find
+# bash still in its fork, with SIGCHLD, SIGINT and SIGTERM blocked.
 START_PROBE = r"""
 read -ra s </proc/$$/stat; read -ra k </proc/$PPID/stat
 echo "\$\$ is me: $(( s[0] == $$ && BASHPID == $$ ))," \
@@ -204,7 +206,7 @@ set -o; shopt; trap -p; ulimit -Sa; ulimit -Ha; umask; umask -S
 declare -p | sed -E 's/^(declare -[^ ]+ (BASHPID|PPID|RANDOM|SRANDOM|SECONDS|EPOCHSECONDS|EPOCHREALTIME))=.*/\1=X/'
 declare -f; alias; hash; jobs -l; dirs; enable -a | md5sum
 cat /proc/$$/oom_score_adj
-grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp(_filters)?|Sig(Blk|Ign|Cgt)|Cpus_allowed_list|Threads|TracerPid):' /proc/$$/status
+while read -r l; do [[ $l =~ ^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp(_filters)?|Sig(Blk|Ign|Cgt)|Cpus_allowed_list|Threads|TracerPid): ]] && echo "$l"; done </proc/$$/status; unset l
 fds=(/proc/$$/fd/*); echo "fds ${fds[*]##*/}"; unset fds
 [ -c /proc/$$/fd/0 ] && [ -p /proc/$$/fd/1 ] && [ -p /proc/$$/fd/2 ] && echo stdio
 id; [ -O . ] && echo owner; [ -G /etc/passwd ] && echo group-of-passwd

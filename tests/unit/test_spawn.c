@@ -74,7 +74,7 @@ output_cb(struct spawn *sp, int stream, const char *data, size_t len,
 	evbuffer_add(r->pieces[stream], data, len);
 }
 
-static const struct spawn_callbacks exit_only = { NULL, exit_cb };
+static const struct spawn_callbacks exit_only = { .on_exit = exit_cb };
 
 /* Run the loop until cond(arg) holds. */
 static void
@@ -243,7 +243,7 @@ test_output_callback(void **state)
 {
 	struct spawn_options o = sh_options(
 	    "head -c 100000 /dev/zero | tr '\\0' b; echo; echo oops >&2");
-	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct spawn_callbacks cb = { .on_output = output_cb, .on_exit = exit_cb };
 	struct run r = { 0 };
 	struct spawn *sp;
 
@@ -345,7 +345,7 @@ test_free_kills_a_double_forked_daemon(void **state)
 	 * keeper's from the start, in a session of its own. */
 	struct spawn_options o = sh_options(
 	    "(setsid sh -c 'echo $$; exec sleep 100' &); exec sleep 100");
-	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct spawn_callbacks cb = { .on_output = output_cb, .on_exit = exit_cb };
 	struct run r = { 0 };
 	struct spawn *sp;
 	pid_t daemon = 0, cmd;
@@ -455,7 +455,7 @@ test_output_paused_past_exit_is_all_delivered(void **state)
 	 * long past the grace the pause lasts. */
 	struct spawn_options o = sh_options(
 	    "head -c 60000 /dev/zero | tr '\\0' p");
-	struct spawn_callbacks cb = { output_cb, exit_cb };
+	struct spawn_callbacks cb = { .on_output = output_cb, .on_exit = exit_cb };
 	struct timeval later = { 0, 500 * 1000 };
 	struct run r = { 0 };
 	struct spawn *sp;

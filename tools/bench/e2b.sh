@@ -7,6 +7,9 @@
 #   commands.run('true') beside AgentScope's run_shell_command
 #   (/call_tool) on the same base sandbox, one call of each in turn;
 #   runCode('1+1') in a code interpreter sandbox.
+# Beside each, its floor: the same client against a server that replays
+# sandboxd's recorded answer at once (e2b_bench.mjs floor), what the
+# client itself takes.
 #
 # Knobs: BENCH_E2B_CREATES warm creates (20), BENCH_COLD cold creates
 # (10), BENCH_E2B_CALLS calls per path (500).
@@ -57,6 +60,10 @@ section_e2b() {
 			"p50 <= 5 ms" "$(verdict "$(field create_p50_ms "$out")" '<=' 5)"
 		row "  the same route by a plain fetch (p50)" \
 			"$(field fetch_p50_ms "$out") ms"
+		row "  floor: the SDK, answer replayed (p50)" \
+			"$(field floor_p50_ms "$out") ms"
+		row "  floor: a plain fetch, answer replayed" \
+			"$(field floor_fetch_p50_ms "$out") ms"
 	fi
 	out=$(e2b_helper run base "${BENCH_E2B_CALLS:-500}" "$TMP/e2b/st")
 	if [ -n "$out" ]; then
@@ -73,6 +80,10 @@ section_e2b() {
 			"p50 $(field direct_nologin_p50_us "$out") us"
 		row "  run_shell_command straight to the agent" \
 			"p50 $(field shell_direct_p50_us "$out") us"
+		row "  floor: commands.run, answer replayed" \
+			"p50 $(field e2b_floor_p50_us "$out") us"
+		row "  floor: /call_tool by fetch, replayed" \
+			"p50 $(field agentscope_floor_p50_us "$out") us"
 	fi
 	if [ -n "$ci" ]; then
 		out=$(e2b_helper runcode "${BENCH_E2B_CALLS:-500}" "$TMP/e2b/st")
@@ -85,6 +96,10 @@ section_e2b() {
 				"p50 $(field routed_p50_us "$out") us"
 			row "  the same straight to the agent" \
 				"p50 $(field direct_p50_us "$out") us"
+			row "  floor: runCode, answer replayed" \
+				"p50 $(field runcode_floor_p50_us "$out") us"
+			row "  floor: a plain fetch, replayed" \
+				"p50 $(field fetch_floor_p50_us "$out") us"
 		fi
 	else
 		row "runCode('1+1')" "not available (no code-interpreter type)"
