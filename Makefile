@@ -5,7 +5,9 @@
 #                under ASan/UBSan, and integration tests
 #   make fuzz    each fuzz target for FUZZ_SECONDS (clang's libFuzzer)
 #   make images  build the sandbox images with tools/build-image
-#   make run     build the images it serves and start sandboxd (foreground)
+#   make run     build the images it serves and start sandboxd (foreground),
+#                its sandboxes run by crun where it works (root, crun
+#                installed), else by Docker
 #   make bench   benchmarks; figures go to tools/bench/README.md
 #   make test-scale  SCALE_N (1000) minimal sandboxes through sandboxd, one
 #                call each, then SIGTERM: none left, exit 0, within 30 s or,
@@ -47,11 +49,12 @@ LIBVNCCLIENT := $(DEPS)/lib/libvncclient.a
 AGENT_LIBS := $(LIBGIT2) $(LIBVNCCLIENT) -lxcb -lXau -lXdmcp -lnettle \
 	-lhttp_parser -lpng16 -lz -lm -levent_core -ljansson -lseccomp -lpthread
 SUPERVISOR_LIBS := -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
-	-lcurl -lexpat -lnettle -lnftables -lpthread
+	-lcurl -lexpat -lnettle -lnftables -lseccomp -lpthread
 UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhiredis \
-	-lnettle -lnftables -lpthread
+	-lnettle -lnftables -lseccomp -lpthread
 
-.PHONY: all deps install test test-scale unit unit-asan integration integration-asan images run \
+.PHONY: all deps install test test-scale unit unit-asan integration integration-crun \
+	integration-asan images run \
 	bench clean fuzz fuzz-replay
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
@@ -194,6 +197,15 @@ unit-asan: $(UNIT_ASAN_BIN)
 integration: all
 	tools/with-dockerd tools/run-integration
 
+# The sandboxd suites once more with their sandboxes run by crun
+# (CONTAINER_DEPLOYMENT=crun; dockerd only builds the images). The crun
+# backend's own tests (test_hostile_crun.py, test_image_store.py) are in
+# `integration`: they start crun sandboxd themselves.
+SANDBOXD_SUITES := $(sort $(wildcard tests/integration/test_sandboxd_*.py))
+integration-crun: all
+	SANDBOXD_TEST_BACKEND=crun tools/with-dockerd tools/run-integration \
+		$(SANDBOXD_SUITES)
+
 # The agent's integration tests once more against an ASan/UBSan build of
 # the agent (dynamically linked: the sanitizers need it), so that memory
 # errors and leaks on the paths only real requests reach are caught too.
@@ -238,7 +250,12 @@ integration-asan: $(AGENT_ASAN) $(if $(SUPERVISOR_TARGET),$(SANDBOXD_ASAN)) \
 	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 		tools/with-dockerd tools/run-integration -m "not memory" \
-		$(sort $(wildcard tests/integration/test_sandboxd_*.py)))
+		$(SANDBOXD_SUITES))
+	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN) \
+	SANDBOXD_TEST_BACKEND=crun \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
+		tools/with-dockerd tools/run-integration -m "not memory" \
+		$(SANDBOXD_SUITES))
 	SANDBOX_AGENT_BIN=$(CURDIR)/$(AGENT_ASAN) \
 	$(if $(SUPERVISOR_TARGET),SANDBOXD_BIN=$(CURDIR)/$(SANDBOXD_ASAN)) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
@@ -338,7 +355,7 @@ fuzz-replay: $(FUZZ_REPLAY_BIN)
 			tests/fuzz/corpus/$$t; \
 	done
 
-test: all unit unit-asan fuzz-replay integration integration-asan
+test: all unit unit-asan fuzz-replay integration integration-crun integration-asan
 
 # Containers named SCALE_PREFIX*; any left at the end are removed.
 SCALE_N ?= 1000
@@ -351,12 +368,26 @@ images: all
 	tools/with-dockerd tools/build-image all
 
 # The service: the images it serves (built unless up to date), then
-# sandboxd in the foreground; Ctrl-C removes its sandboxes, and a dockerd
-# with-dockerd had to start is stopped after it. RUN_IMAGES=all adds the
-# browser (about 1 GB); SANDBOXD_ARGS passes flags (--host, --port ...).
+# sandboxd in the foreground; Ctrl-C removes its sandboxes. Its sandboxes
+# are run by crun where it works here (as root with crun installed: the
+# images go into its image store as they are built, and dockerd, started
+# by with-dockerd for the build when none runs, is stopped before sandboxd
+# starts), else by Docker (then a dockerd with-dockerd had to start is
+# stopped after sandboxd). CONTAINER_DEPLOYMENT=docker|crun chooses.
+# RUN_IMAGES=all adds the browser (about 1 GB); SANDBOXD_ARGS passes
+# flags (--host, --port ...).
 RUN_IMAGES ?= minimal base filesystem
 run: all
-	tools/with-dockerd sh -c 'tools/build-image $(RUN_IMAGES) && exec supervisor/sandboxd $(SANDBOXD_ARGS)'
+	@backend=$${CONTAINER_DEPLOYMENT:-$$( [ "$$(id -u)" = 0 ] && \
+		crun --version >/dev/null 2>&1 && echo crun || echo docker)}; \
+	echo "make run: sandboxes run by $$backend (CONTAINER_DEPLOYMENT)"; \
+	if [ "$$backend" = crun ]; then \
+		tools/with-dockerd tools/build-image $(RUN_IMAGES) && \
+		CONTAINER_DEPLOYMENT=crun exec supervisor/sandboxd $(SANDBOXD_ARGS); \
+	else \
+		CONTAINER_DEPLOYMENT=$$backend tools/with-dockerd sh -c \
+			'tools/build-image $(RUN_IMAGES) && exec supervisor/sandboxd $(SANDBOXD_ARGS)'; \
+	fi
 
 # The benchmark's own C clients (tools/bench/*.c): latency, start time.
 BENCH_BIN := $(patsubst tools/bench/%.c,$(BUILD)/bench/%,$(wildcard tools/bench/*.c))

@@ -66,6 +66,8 @@ struct spawn {
 
 static LIST_HEAD(, spawn) spawn_children = LIST_HEAD_INITIALIZER(spawn_children);
 static struct event *spawn_sigchld;
+static void (*orphan_cb)(pid_t, int, void *);
+static void *orphan_arg;
 
 static void spawn_check_done(struct spawn *sp);
 
@@ -85,8 +87,12 @@ sigchld_cb(evutil_socket_t sig, short what, void *arg)
 			if (sp->pid == pid)
 				break;
 		}
-		if (sp == NULL)
-			continue;	/* an orphan we inherited as PID 1 */
+		if (sp == NULL) {
+			/* An orphan we inherited as PID 1 or subreaper. */
+			if (orphan_cb != NULL)
+				orphan_cb(pid, status, orphan_arg);
+			continue;
+		}
 		if (sp->exited)
 			continue;	/* its keeper, which told the status */
 		sp->exited = 1;
@@ -106,6 +112,13 @@ spawn_init(struct event_base *base)
 	event_add(spawn_sigchld, NULL);
 	/* Children that exited before the handler was in place. */
 	sigchld_cb(SIGCHLD, 0, NULL);
+}
+
+void
+spawn_set_orphan_cb(void (*cb)(pid_t pid, int status, void *arg), void *arg)
+{
+	orphan_cb = cb;
+	orphan_arg = arg;
 }
 
 static void
@@ -275,10 +288,11 @@ arm_timeout(struct spawn *sp, double seconds)
 
 /* The child side's reports, read until exec closes the pipe, or (a
  * keeper's) until the command's pid, which comes after any errno: the pid
- * into *cmd; the errno if it failed, else 0 (*in_cwd: it failed to
- * change to cwd). */
+ * into *cmd; the errno if it failed, else 0 (*kind: the report that
+ * said so, SPAWN_MSG_CHDIR when changing to cwd failed, SPAWN_MSG_SETUP
+ * when the caller's setup did). */
 static int
-read_reports(int fd, pid_t *cmd, int *in_cwd)
+read_reports(int fd, pid_t *cmd, int *kind)
 {
 	struct spawn_msg msg;
 	int e = 0;
@@ -295,7 +309,7 @@ read_reports(int fd, pid_t *cmd, int *in_cwd)
 			return e;
 		}
 		e = msg.value;
-		*in_cwd = msg.kind == SPAWN_MSG_CHDIR;
+		*kind = msg.kind;
 	}
 }
 
@@ -513,7 +527,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
     const struct spawn_callbacks *cb, void *arg, struct error *err)
 {
 	int child_fd[3] = { -1, -1, -1 }, parent_fd[3] = { -1, -1, -1 };
-	int errpipe[2] = { -1, -1 }, devnull = -1, e, in_cwd = 0;
+	int errpipe[2] = { -1, -1 }, devnull = -1, e, kind = 0;
 	sigset_t all, old;
 	pid_t pid, cmd;
 
@@ -548,7 +562,7 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 	if (o->async)
 		cmd = o->new_group ? 0 : pid;	/* told by the keeper */
 	else
-		e = read_reports(errpipe[0], &cmd, &in_cwd);
+		e = read_reports(errpipe[0], &cmd, &kind);
 	/* A keeper's pipe stays open for what it tells later. */
 	if (e != 0 || !o->new_group) {
 		close(errpipe[0]);
@@ -559,7 +573,10 @@ spawn_start(struct event_base *base, const struct spawn_options *o,
 		/* exec failed; the child (or its keeper) exits with 127. */
 		waitpid(pid, NULL, 0);
 		close_all(parent_fd, 3);
-		if (in_cwd)
+		if (kind == SPAWN_MSG_SETUP)
+			error_set_errno(err, 500, e, "cannot set up %s",
+			    o->argv[0]);
+		else if (kind == SPAWN_MSG_CHDIR)
 			error_set_errno(err, e == ENOENT ? 404 : 500, e,
 			    "cannot change to directory %s", o->cwd);
 		else

@@ -66,6 +66,12 @@ struct spawn_options {
 	/* argv[0] without a '/' is looked up in the PATH of envp, as the
 	 * user, as execvp would. */
 	int search_path;
+	/* Run in the child before its working directory, ids and
+	 * confinement are set (entering namespaces, mounting): system calls
+	 * only, no allocation (the parent may have threads). -1 with errno
+	 * fails the spawn with "cannot set up <argv[0]>" and that errno. */
+	int (*setup)(void *arg);
+	void *setup_arg;
 };
 
 #define SPAWN_MAX_PASS_FDS 4
@@ -93,6 +99,11 @@ int spawn_memfd(const char *name, const void *data, size_t len);
 
 /* Install the SIGCHLD reaper on this loop. Call once per process. */
 void spawn_init(struct event_base *base);
+/* Told, with its wait status, of every child the reaper reaps that no
+ * spawn started: orphans of a subreaper (PID 1, or PR_SET_CHILD_SUBREAPER)
+ * come back to it so. One per process; NULL: none. */
+void spawn_set_orphan_cb(void (*cb)(pid_t pid, int status, void *arg),
+    void *arg);
 
 /* Start a child. NULL with err (500, or 404 if the program is missing). */
 struct spawn *spawn_start(struct event_base *base,

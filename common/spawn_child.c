@@ -170,7 +170,8 @@ exec_search(const char *name, const char *const *argv,
 }
 
 /* What spawn_child_exec does before it executes: its group (or session),
- * stdio, signals, parent-death signal, directory, user and seccomp filter.
+ * stdio, signals, parent-death signal, the caller's setup, directory, user
+ * and seccomp filter.
  * for_exec: also the pass_fds into place, every other descriptor marked
  * close-on-exec, the dispositions back to their defaults and the filter
  * loaded; a child that runs on without exec (the shell template's
@@ -207,6 +208,9 @@ confine(const struct spawn_options *o, const int fds[3], int *errfd,
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	*kind = SPAWN_MSG_SETUP;
+	if (o->setup != NULL && o->setup(o->setup_arg) < 0)
+		return -1;
 	*kind = SPAWN_MSG_CHDIR;
 	if (o->cwd != NULL && !o->cwd_as_user && chdir(o->cwd) < 0)
 		return -1;

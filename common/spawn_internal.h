@@ -27,6 +27,7 @@ enum spawn_msg_kind {
 	SPAWN_MSG_PID,		/* the keeper forked the command: its pid */
 	SPAWN_MSG_ERRNO,	/* setting up or executing failed */
 	SPAWN_MSG_CHDIR,	/* changing to cwd failed: its errno */
+	SPAWN_MSG_SETUP,	/* the caller's setup failed: its errno */
 	/* The keeper reaped the command: its wait status. The keeper exits
 	 * right after, with the same; told first, the runner need not wait
 	 * for that exit (and the teardown of a copy of its memory). */

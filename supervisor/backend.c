@@ -13,6 +13,7 @@ static const struct {
 	    const struct sandboxd_config *cfg, struct error *err);
 } kinds[] = {
 	{ "docker", backend_docker_new },
+	{ "crun", backend_crun_new },
 };
 
 #define NKINDS (sizeof kinds / sizeof kinds[0])

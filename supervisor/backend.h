@@ -193,4 +193,10 @@ struct backend *backend_new(const char *kind, struct event_base *base,
 struct backend *backend_docker_new(struct event_base *base,
     const struct sandboxd_config *cfg, struct error *err);
 
+/* backend_crun.c: SANDBOXD_IMAGE_STORE, SANDBOXD_CRUN, SANDBOXD_CNI_PATH,
+ * SANDBOXD_BRIDGE, SANDBOXD_BRIDGE_SUBNET, SANDBOXD_CRUN_PARALLEL and the
+ * state directory of cfg. */
+struct backend *backend_crun_new(struct event_base *base,
+    const struct sandboxd_config *cfg, struct error *err);
+
 #endif

@@ -28,10 +28,10 @@ static const char synopsis[] =
     "usage: sandboxd [--config FILE] [--host H] [--port P] [options]\n"
     "\n"
     "The sandbox supervisor: creates, pools, watches and fronts sandbox\n"
-    "containers through the Docker Engine API, with the AgentScope manager\n"
-    "routes and our /v1 REST routes. Options come from the environment, a\n"
-    ".env file in the working directory, --config FILE and the flags, each\n"
-    "overriding the ones before.";
+    "containers, through the Docker Engine API or with crun directly, with\n"
+    "the AgentScope manager routes and our /v1 REST routes. Options come\n"
+    "from the environment, a .env file in the working directory, --config\n"
+    "FILE and the flags, each overriding the ones before.";
 
 void
 sandboxd_config_usage(FILE *f)

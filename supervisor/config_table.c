@@ -50,8 +50,9 @@ const struct config_option sandboxd_options[] = {
 	    OFF(prefix), "PREFIX", .help = "container name prefix",
 	    .def = "sandboxd-" },
 	{ "--container-deployment", "CONTAINER_DEPLOYMENT", CONFIG_STRING,
-	    OFF(deployment), "KIND", .help = "backend: docker (the only one so "
-	    "far)", .def = "docker" },
+	    OFF(deployment), "KIND", .help = "backend: docker (the Docker "
+	    "Engine API) or crun (sandboxd runs them with crun, no daemon)",
+	    .def = "docker" },
 	{ "--mount-dir", "DEFAULT_MOUNT_DIR", CONFIG_STRING, OFF(mount_dir),
 	    "DIR", .help = "where workspaces are made; unset: "
 	    "STATE_DIR/workspaces" },
@@ -170,6 +171,28 @@ const struct config_option sandboxd_options[] = {
 	{ "--docker-host", "DOCKER_HOST", CONFIG_STRING, OFF(docker_host),
 	    "ADDR", .help = "the Docker daemon's unix socket, unix:///path",
 	    .def = "unix:///var/run/docker.sock" },
+	{ "--image-store", "SANDBOXD_IMAGE_STORE", CONFIG_STRING,
+	    OFF(image_store), "DIR", .help = "crun: the image store "
+	    "tools/image-store fills", .def = "/var/lib/sandboxd/images" },
+	{ "--crun", "SANDBOXD_CRUN", CONFIG_STRING, OFF(crun_bin), "PATH",
+	    .help = "crun: the crun program; unset: crun on the PATH" },
+	{ "--cni-path", "SANDBOXD_CNI_PATH", CONFIG_STRING, OFF(cni_path),
+	    "DIR", .help = "crun: the CNI plugins' directory",
+	    .def = "/usr/lib/cni" },
+	{ "--bridge", "SANDBOXD_BRIDGE", CONFIG_STRING, OFF(bridge), "NAME",
+	    .help = "crun: the host bridge of bridge types",
+	    .def = "sandboxd0" },
+	{ "--bridge-subnet", "SANDBOXD_BRIDGE_SUBNET", CONFIG_STRING,
+	    OFF(bridge_subnet), "CIDR", .help = "crun: addresses of bridge "
+	    "sandboxes", .def = "10.89.0.0/16" },
+	{ "--bridge-gateway", "SANDBOXD_BRIDGE_GATEWAY", CONFIG_STRING,
+	    OFF(bridge_gateway), "ADDR", .help = "crun: a router on the "
+	    "bridge that bridge sandboxes go out through instead of this host, "
+	    "which then gives the bridge no address and no NAT; unset: none" },
+	{ "--crun-parallel", "SANDBOXD_CRUN_PARALLEL", CONFIG_INT,
+	    OFF(crun_parallel), "N", .help = "crun: crun and CNI calls at "
+	    "once; more wait their turn, removals first; 0: twice the CPUs",
+	    .def = "0", .min = 0, .max = 1000 },
 	{ "--create-timeout", "SANDBOXD_CREATE_TIMEOUT", CONFIG_DOUBLE,
 	    OFF(create_timeout), "SECONDS", .help = "a new sandbox's agent "
 	    "must answer within this", .def = "60", POSITIVE },

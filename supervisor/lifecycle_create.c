@@ -196,8 +196,9 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	health_probe(sb, PROBE_TIMEOUT, probed_cb, op);
 }
 
-/* Ask the agent again shortly: quickly at first (a container starts in
- * tens of milliseconds), then less often. */
+/* Ask the agent again shortly: quickly at first (its container runs
+ * once the backend answered; the agent listens a millisecond or two
+ * after), then less often. */
 static void
 probe_next(struct lifecycle_op *op)
 {
@@ -237,7 +238,7 @@ lifecycle_wait_healthy(struct lifecycle_op *op)
 {
 	op->deadline = sandboxd_now() + sd.cfg.create_timeout;
 	op->next_status_check = sandboxd_now() + STATUS_CHECK_INTERVAL;
-	op->delay = 0.005;
+	op->delay = 0.001;
 	health_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
 }
 

@@ -420,10 +420,11 @@ setup(int argc, char **argv)
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);
-	log_info("sandboxd %s: instance %s, state %s, workspaces %s, pools %s "
-	    "x%ld, %s", VERSION, state_instance(), sd.cfg.state_dir,
-	    sd.cfg.mount_dir, sd.cfg.default_type, sd.cfg.pool_size,
-	    sd.cfg.bearer_token != NULL ? "bearer auth" : "NO AUTH");
+	log_info("sandboxd %s: instance %s, sandboxes run by %s, state %s, "
+	    "workspaces %s, pools %s x%ld, %s", VERSION, state_instance(),
+	    sd.backend->ops->name, sd.cfg.state_dir, sd.cfg.mount_dir,
+	    sd.cfg.default_type, sd.cfg.pool_size, sd.cfg.bearer_token !=
+	    NULL ? "bearer auth" : "NO AUTH");
 	return -1;
 }
 
@@ -450,6 +451,8 @@ teardown(void)
 	sandbox_free_all();
 	http_server_free(sd.http);
 	free(all_routes);
+	/* Removals under way end first: their callbacks use the backend. */
+	sandboxd_rmtree_free();
 	sd.backend->ops->free(sd.backend);
 	ports_free(sd.ports);
 	metrics_free();

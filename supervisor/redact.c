@@ -51,6 +51,7 @@ redact_text(char *buf, size_t size)
 		{ sd.cfg.mount_dir, "$DEFAULT_MOUNT_DIR" },
 		{ sd.cfg.storage_folder, "$STORAGE_FOLDER" },
 		{ sd.cfg.state_dir, "$SANDBOXD_STATE_DIR" },
+		{ sd.cfg.image_store, "$SANDBOXD_IMAGE_STORE" },
 		/* unix:///path, quoted with or without the scheme */
 		{ sd.cfg.docker_host != NULL &&
 		    strncmp(sd.cfg.docker_host, "unix://", 7) == 0 ?

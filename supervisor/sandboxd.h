@@ -31,7 +31,9 @@
  *     header, E2B's fields of a sandbox and its timeout, its network
  *     lists), redact.c (host paths out of what clients read);
  *   backends: backend.h + backend.c (the seam, by CONTAINER_DEPLOYMENT),
- *     backend_docker.c + docker_api.c (Docker);
+ *     backend_docker.c + docker_api.c (Docker), backend_crun*.c +
+ *     image_store.c (crun, no daemon), rmtree.c (released directories
+ *     removed off the loop);
  *   egress.h + egress.c + egress_policy.c + egress_rules.c + egress_nft.c
  *     + egress_dns.c (the network policy of sandboxes with a network);
  *   oss.h + oss*.c + s3.h + s3_client.c + s3_xml.c (workspaces kept in
@@ -84,7 +86,7 @@ struct sandboxd_config {
 	long pool_size;
 	int auto_cleanup;
 	char *prefix;			/* CONTAINER_PREFIX_KEY */
-	char *deployment;		/* only "docker" for now */
+	char *deployment;		/* "docker" or "crun" */
 	char *mount_dir;		/* DEFAULT_MOUNT_DIR, absolute after load */
 	char *readonly_mounts;
 	char *storage_folder;		/* NULL: workspaces are not kept here */
@@ -124,6 +126,14 @@ struct sandboxd_config {
 	char *state_dir;
 	char *types_file;
 	char *docker_host;
+	/* CONTAINER_DEPLOYMENT=crun (backend_crun.c checks them). */
+	char *image_store;		/* the image store's directory */
+	char *crun_bin;			/* the crun program */
+	char *cni_path;			/* the CNI plugins' directory */
+	char *bridge;			/* bridge types' host bridge */
+	char *bridge_subnet;		/* its addresses */
+	char *bridge_gateway;		/* a router on it; NULL: this host */
+	long crun_parallel;		/* crun calls at once; 0: auto */
 	double create_timeout;		/* seconds until a new agent must answer */
 	double health_interval;		/* seconds between health rounds */
 	double proxy_timeout;		/* seconds without progress, agent calls */
@@ -462,6 +472,17 @@ size_t lifecycle_busy(void);
 /* mkdirs.c: mkdir -p path, its components after the first `from` bytes
  * (which exist), the last with mode and the others 0755. */
 int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
+
+/* rmtree.c: rm -rf of path, following no name, on a worker thread:
+ * done(path, 0 or an errno, arg) then runs on the loop; E2BIG: a tree
+ * deeper than it takes, what is left of it for rm to finish. */
+typedef void (*sandboxd_rmtree_cb)(const char *path, int error, void *arg);
+void sandboxd_rmtree(struct event_base *base, const char *path,
+    sandboxd_rmtree_cb done, void *arg);
+/* The same here and now (-1 with errno). */
+int sandboxd_rmtree_now(const char *path);
+/* After the loop ended: waits for the removals under way. */
+void sandboxd_rmtree_free(void);
 
 /* workspace.c */
 

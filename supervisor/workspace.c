@@ -278,11 +278,32 @@ job_finish(struct fs_job *job, const struct error *err)
 	sandboxd_defer(job_finished_cb, job);
 }
 
+static void job_next(struct fs_job *job);
+
+/* A removal off the loop is done; rm takes a tree too deep for it. */
+static void
+removed_cb(const char *dir, int error, void *arg)
+{
+	struct fs_job *job = arg;
+	const char *argv[] = { "/bin/rm", "-rf", "--", dir, NULL };
+	struct error err;
+
+	free(job->what);
+	job->what = xasprintf("remove %s", dir);
+	if (error == E2BIG) {
+		job_run(job, argv);
+	} else if (error != 0) {
+		error_set_errno(&err, 500, error, "cannot %s", job->what);
+		job_finish(job, &err);
+	} else {
+		job_next(job);
+	}
+}
+
 /* Run the next removal queued on job, or finish it. */
 static void
 job_next(struct fs_job *job)
 {
-	const char *argv[] = { "/bin/rm", "-rf", "--", NULL, NULL };
 	char *dir;
 
 	if (job->then_remove.n == 0) {
@@ -290,10 +311,7 @@ job_next(struct fs_job *job)
 		return;
 	}
 	dir = job->then_remove.v[--job->then_remove.n];
-	free(job->what);
-	job->what = xasprintf("remove %s", dir);
-	argv[3] = dir;
-	job_run(job, argv);
+	sandboxd_rmtree(sd.base, dir, removed_cb, job);
 	free(dir);
 }
 

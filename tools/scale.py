@@ -32,7 +32,9 @@ Docker before 20.10.27), --marks 0,250,500 (create rate after that many were
 live, over --window 50 creates), --health-interval 5, --health-rounds 4,
 --prefix sbxscale- (containers made here; leftovers with it are removed at
 the end, whatever happened), --sandboxd supervisor/sandboxd, --env K=V
-(more of sandboxd's settings; repeatable).
+(more of sandboxd's settings; repeatable), --backend docker|crun
+(CONTAINER_DEPLOYMENT; with crun the Docker-only figures, the health
+round's CPU and the Docker baseline, are left out).
 
 Only 127.0.0.1, unix sockets and containers made here are reached.
 """
@@ -150,8 +152,37 @@ def docker_ids(prefix, running=False):
     return out.stdout.split()
 
 
-def remove_leftovers(prefix):
-    """Remove containers named prefix*; how many are still there."""
+def crun_names(workdir):
+    """The crun sandboxes of a sandboxd of this run: every directory of
+    its own and every container of its crun root."""
+    st = os.path.join(workdir, "st", "crun")
+    names = set()
+    if os.path.isdir(os.path.join(st, "sandboxes")):
+        names |= set(os.listdir(os.path.join(st, "sandboxes")))
+    if os.path.isdir(os.path.join(st, "state")):
+        out = subprocess.run(["crun", "--root", os.path.join(st, "state"),
+                              "list", "-q"], capture_output=True, text=True)
+        names |= set(out.stdout.split())
+    return sorted(names)
+
+
+def ours(a, workdir):
+    return crun_names(workdir) if a.backend == "crun" else \
+        docker_ids(a.prefix)
+
+
+def remove_leftovers(a, workdir):
+    """Remove what is left of ours; how many are still there."""
+    if a.backend == "crun":
+        names = crun_names(workdir)
+        for n in names:
+            subprocess.run(["crun", "--root", os.path.join(
+                workdir, "st", "crun", "state"), "delete", "--force", n],
+                capture_output=True, timeout=120)
+            shutil.rmtree(os.path.join(workdir, "st", "crun", "sandboxes",
+                                       n), ignore_errors=True)
+        return len(names) - len(crun_names(workdir))
+    prefix = a.prefix
     ids = docker_ids(prefix)
     if ids:
         log(f"removing {len(ids)} leftover containers named {prefix}*")
@@ -256,6 +287,7 @@ def start_sandboxd(a, workdir):
     env = {k: v for k, v in os.environ.items()
            if k in ("PATH", "HOME", "LANG", "DOCKER_HOST")}
     env.update({
+        "CONTAINER_DEPLOYMENT": a.backend,
         "RUNTIME_SANDBOX_IMAGE_TAG": a.tag,
         "DEFAULT_SANDBOX_TYPE": a.type,
         "POOL_SIZE": "0",
@@ -380,7 +412,7 @@ def run(a):
             out["list_session_keys_p50_ms"] = round(p50, 2)
             out["list_session_keys_p90_ms"] = round(p90, 2)
 
-        if not a.no_health:
+        if not a.no_health and a.backend == "docker":
             ids = docker_ids(a.prefix)
             dockerd = pidof("dockerd")
             window = a.health_interval * a.health_rounds
@@ -415,7 +447,7 @@ def run(a):
                 rc = "timeout"
             out["shutdown_s"] = round(time.monotonic() - t0, 1)
             out["shutdown_exit"] = rc
-            left = docker_ids(a.prefix)
+            left = ours(a, workdir)
             out["left_after_shutdown"] = len(left)
             if rc != 0 or left:
                 ok = False
@@ -426,7 +458,7 @@ def run(a):
                 log("  " + line)
             out["shutdown_within_30s"] = "yes" if out["shutdown_s"] <= 30 \
                 else "no"
-            if a.baseline:
+            if a.baseline and a.backend == "docker":
                 # Docker alone removing as many, right after: the best
                 # this Docker does here and now.
                 out.update(docker_rate(a))
@@ -448,7 +480,7 @@ def run(a):
                 proc.kill()
                 proc.wait()
         t0 = time.monotonic()
-        n = remove_leftovers(a.prefix)
+        n = remove_leftovers(a, workdir)
         if n:
             out["leftovers_removed"] = n
             out["leftovers_removed_s"] = round(time.monotonic() - t0, 1)
@@ -509,7 +541,7 @@ def docker_rate(a):
         t_rm = time.monotonic() - t0
         log(f"docker alone: {a.n} removed in {t_rm:.1f} s")
     finally:
-        remove_leftovers(a.prefix)
+        remove_leftovers(a, None)
     return {"docker_run_n": a.n, "docker_run_s": round(t_run, 1),
             "docker_run_per_s": round(a.n / t_run, 2),
             "docker_rm_s": round(t_rm, 1),
@@ -577,9 +609,10 @@ def main():
     p.add_argument("--no-calls", action="store_true")
     p.add_argument("--no-health", action="store_true")
     p.add_argument("--no-shutdown", action="store_true")
+    p.add_argument("--backend", choices=("docker", "crun"), default="docker")
     a = p.parse_args()
     a.marks = [int(x) for x in a.marks.split(",") if x]
-    if a.rm_parallel == 0:
+    if a.rm_parallel == 0 and a.backend == "docker":
         a.rm_parallel = auto_rm_parallel()
     if a.tag is None:
         a.tag = agent_tag(a.type)

@@ -205,7 +205,7 @@ def test_pause_connect_and_auto_pause(e2b):
     sid = ok(lines[0])["sandboxId"]
     assert ok(lines[2]) is True and ok(lines[3]) is False
     assert ok(lines[4])["state"] == "paused"
-    assert e2b.inspect(sid)["State"]["Status"] == "paused"
+    assert e2b.containers()[sid] == "paused"
     assert ok(lines[5]) is False
     # Paused, its agent cannot answer: the disk as last seen.
     [before], [paused] = ok(lines[1]), ok(lines[6])
@@ -216,7 +216,7 @@ def test_pause_connect_and_auto_pause(e2b):
         {"op": "info", "id": sid}])
     assert ok(connected)["sandboxId"] == sid
     assert ok(info)["state"] == "running"
-    assert e2b.inspect(sid)["State"]["Status"] == "running"
+    assert e2b.containers()[sid] == "running"
     auto = ok(lines[7])["sandboxId"]
     wait_until(lambda: api(e2b, "GET", f"/sandboxes/{auto}").json()
                ["state"] == "paused", 60, what="the pause at the timeout")

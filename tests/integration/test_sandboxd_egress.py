@@ -1,5 +1,5 @@
 """Egress policy of sandboxes with a network, against the real sandboxd,
-dockerd, nftables and the base image's Python, in a network world of the
+dockerd (or crun), nftables and the base image's Python, in a network world of the
 test's own (egress_world.py): nothing leaves this machine, even when a
 policy is broken.
 
@@ -213,6 +213,10 @@ def create(sb, sandbox_type="netbox", **body):
 def address(sb, world, name):
     """The sandbox's address on the test's network: it must be there, or
     its packets could take Docker's bridge and the host's uplink."""
+    if sb.backend == "crun":
+        ip = sb.crun_saved(name)["net"]["ip"]
+        assert ip.rsplit(".", 1)[0] == world.gateway.rsplit(".", 1)[0], ip
+        return ip
     nets = sb.inspect(name)["NetworkSettings"]["Networks"]
     assert list(nets) == [world.network], nets
     return nets[world.network]["IPAddress"]

@@ -2,7 +2,7 @@
 reported unhealthy and left in place, also one whose container was
 removed; a sandbox whose agent never answers is not created."""
 
-from sandboxd_fixtures import (scratch, docker, minimal_tag, start_sandboxd,  # noqa: F401
+from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 
 
@@ -11,7 +11,7 @@ def test_killed_pool_sandbox_is_replaced(start_sandboxd):
     wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}'] == 1,
                60, what="pool")
     (victim,) = s.containers()
-    docker("kill", victim)
+    s.kill_container(victim)
     wait_until(lambda: s.rpc("get_info", identity=victim)["state"] == "released",
                30, what="dead pool sandbox released")
     wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}'] == 1,
@@ -26,7 +26,7 @@ def test_killed_session_sandbox_is_reported_not_swapped(start_sandboxd):
     s = start_sandboxd()
     name = s.rpc("create", sandbox_type="minimal",
                  meta={"session_ctx_id": "h1"})
-    docker("kill", name)
+    s.kill_container(name)
     wait_until(lambda: s.rpc("get_info", identity=name)["state"] == "unhealthy",
                30, what="unhealthy")
     info = s.rpc("get_info", identity=name)
@@ -48,7 +48,7 @@ def test_removed_session_sandbox_is_reported(start_sandboxd):
     s = start_sandboxd()
     name = s.rpc("create", sandbox_type="minimal",
                  meta={"session_ctx_id": "h2"})
-    docker("rm", "-f", name)
+    s.remove_container(name)
     wait_until(lambda: s.rpc("get_info", identity=name)["state"] == "unhealthy",
                30, what="unhealthy")
     assert s.rpc("check_health", identity=name) is False

@@ -5,8 +5,9 @@ release and restored by storage_path; a caller's mount_dir where allowed."""
 import os
 import signal
 
-from sandboxd_fixtures import (scratch, LABEL_ANY, LABEL_INSTANCE, docker,  # noqa: F401
-                               minimal_tag, start_sandboxd, wait_until)
+from sandboxd_fixtures import (scratch, BACKEND, LABEL_ANY,  # noqa: F401
+                               LABEL_INSTANCE, docker, minimal_tag,
+                               start_sandboxd, wait_until)
 
 
 def test_sigterm_removes_every_sandbox(start_sandboxd):
@@ -52,13 +53,17 @@ def test_restart_takes_sandboxes_back(start_sandboxd, minimal_tag):
 
     # While it is down: one container dies, and a stranger with our
     # instance label (not in the state file) appears.
-    docker("kill", doomed)
+    s.kill_container(doomed)
     stranger = "sandboxd-stranger-" + s.instance[:8]
-    docker("run", "-d", "--name", stranger, "--network", "none",
-           "--label", f"{LABEL_ANY}=1",
-           "--label", f"{LABEL_INSTANCE}={s.instance}",
-           "-e", "SECRET_TOKEN=x",
-           f"agentscope/runtime-sandbox-minimal:{minimal_tag}")
+    if BACKEND == "crun":
+        # A sandbox directory no record knows (one a create left).
+        os.mkdir(os.path.join(s.crun_bundles, stranger))
+    else:
+        docker("run", "-d", "--name", stranger, "--network", "none",
+               "--label", f"{LABEL_ANY}=1",
+               "--label", f"{LABEL_INSTANCE}={s.instance}",
+               "-e", "SECRET_TOKEN=x",
+               f"agentscope/runtime-sandbox-minimal:{minimal_tag}")
 
     s.start()
     wait_until(lambda: s.metrics()['sandboxd_adopted_total{type="minimal"}'] >= 2,

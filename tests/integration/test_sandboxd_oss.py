@@ -360,7 +360,7 @@ def test_keys_stay_out_of_logs_sandboxes_and_the_environment(
     s = start_sandboxd(env=env)
     a = s.create()
     shell_ok(s, a, "echo x > /workspace/f")
-    sandbox_env = s.inspect(a)["Config"]["Env"]
+    sandbox_env = s.sandbox_env(a)
     assert not [v for v in sandbox_env if v.startswith("OSS_")]
     assert s.rpc("release", identity=a) is True
     with open(f"/proc/{s.proc.pid}/environ", "rb") as f:

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from sandboxd_fixtures import (docker, minimal_tag, start_sandboxd,  # noqa: F401
+from sandboxd_fixtures import (minimal_tag, start_sandboxd,  # noqa: F401
                                wait_until)
 
 # A counter the host reads in the workspace, written by a process that
@@ -50,7 +50,7 @@ def test_pause_freezes_and_resume_goes_on(start_sandboxd):
     r = s.post(f"/v1/sandboxes/{name}/pause")
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "paused"
-    assert s.inspect(name)["State"]["Status"] == "paused"
+    assert s.containers()[name] == "paused"
     # Frozen: the counter stands still.
     frozen = count(mount)
     time.sleep(0.5)
@@ -122,7 +122,7 @@ def test_paused_sandbox_is_left_alone_by_health_and_reaper(start_sandboxd):
     assert s.post(f"/v1/sandboxes/{paused}/pause").status_code == 200
     # Health rounds run: a killed sandbox is found unhealthy.
     killed = create(s)["container_name"]
-    docker("kill", killed)
+    s.kill_container(killed)
     wait_until(lambda: state(killed) == "unhealthy", 30,
                what="the killed one found")
     # The reaper runs: an idle session's sandbox goes.

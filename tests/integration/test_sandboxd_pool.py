@@ -5,8 +5,9 @@ import os
 import signal
 import time
 
-from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
-                               wait_until, write_types)
+from sandboxd_fixtures import (BACKEND, docker_only, scratch,  # noqa: F401
+                               minimal_tag, start_sandboxd, wait_until,
+                               write_types)
 
 
 def pool_ready(s, type_name="minimal"):
@@ -62,7 +63,11 @@ def test_one_pool_per_type(start_sandboxd, scratch):
     name = s.rpc("create_from_pool", sandbox_type="tiny")
     info = s.rpc("get_info", identity=name)
     assert info["sandbox_type"] == "tiny"
-    assert s.inspect(name)["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    if BACKEND == "crun":
+        memory = s.crun_config(name)["linux"]["resources"]["memory"]["limit"]
+    else:
+        memory = s.inspect(name)["HostConfig"]["Memory"]
+    assert memory == 64 * 1024 * 1024
     # A type without a pool is created on demand.
     base_like = s.rpc("create_from_pool", sandbox_type="minimal")
     assert s.rpc("get_info", identity=base_like)["sandbox_type"] == "minimal"
@@ -81,6 +86,7 @@ def test_pool_respects_the_instance_limit(start_sandboxd):
     assert len(s.containers()) == 2
 
 
+@docker_only
 def test_sandboxes_run_without_dockers_healthcheck(start_sandboxd):
     # The images keep a HEALTHCHECK for a plain `docker run`; sandboxd
     # probes its agents itself, so its containers turn Docker's off (an

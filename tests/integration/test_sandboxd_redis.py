@@ -21,8 +21,9 @@ import requests
 
 import ws_client
 from conftest import SANDBOXD_BIN, free_port, relay
-from sandboxd_fixtures import (scratch, minimal_tag, start_sandboxd,  # noqa: F401
-                               wait_until, write_types)
+from sandboxd_fixtures import (BACKEND, IMAGE_STORE, scratch,  # noqa: F401
+                               minimal_tag, start_sandboxd, wait_until,
+                               write_types)
 from test_sandboxd_sdk import RemoteManager, DirectClient, stdout
 from test_agent_desktop_web import full_update, rfb_handshake, try_to_drive
 
@@ -755,6 +756,9 @@ def test_desktop_websocket_through_the_other_instance(start_sandboxd, redis,
     if subprocess.run(["docker", "image", "inspect", image],
                       capture_output=True).returncode != 0:
         pytest.skip(f"{image} is not built (tools/build-image gui)")
+    if BACKEND == "crun":
+        subprocess.run([IMAGE_STORE, "import", image], check=True,
+                       timeout=1200)
     if hosts == "two":
         a, b = two_hosts(start_sandboxd, redis, tag=tag)
     else:

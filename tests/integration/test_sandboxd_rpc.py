@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sandboxd_fixtures import (docker, minimal_tag, sandboxd,  # noqa: F401
+from sandboxd_fixtures import (BACKEND, minimal_tag, sandboxd,  # noqa: F401
                                scratch, start_sandboxd, wait_until)
 
 MODEL_KEYS = {"session_id", "container_id", "container_name", "url", "ports",
@@ -52,21 +52,42 @@ def test_create_info_status_health_release(sandboxd):
     assert info["ports"] == []
     assert os.path.isdir(info["mount_dir"])
     # The container is as the issue says: ours, confined, no network.
-    c = s.inspect(name)
-    labels = c["Config"]["Labels"]
-    assert labels["io.agentscope.sandboxd.instance"] == s.instance
-    assert labels["io.agentscope.sandboxd.type"] == "minimal"
-    host = c["HostConfig"]
-    assert host["NetworkMode"] == "none"
-    assert host["CapDrop"] == ["ALL"]
-    assert "no-new-privileges" in host["SecurityOpt"]
-    assert host["Memory"] > 0 and host["NanoCpus"] > 0 and host["PidsLimit"] > 0
-    assert f"SECRET_TOKEN={info['runtime_token']}" in c["Config"]["Env"]
-    binds = host["Binds"]
-    assert f"{info['mount_dir']}:/workspace:rw" in binds
-    # Lookup by container id and by a unique prefix of it.
+    if BACKEND == "crun":
+        c = s.crun_config(name)
+        assert [n for n in c["linux"]["namespaces"]
+                if n["type"] == "network"] == [{"type": "network"}]
+        caps = c["process"]["capabilities"]
+        assert caps["bounding"] == caps["effective"] == caps["permitted"]
+        assert "CAP_SYS_ADMIN" not in caps["bounding"]
+        assert c["process"]["noNewPrivileges"] is True
+        limits = c["linux"]["resources"]
+        assert limits["memory"]["limit"] > 0 and \
+            limits["cpu"]["quota"] > 0 and limits["pids"]["limit"] > 0
+        assert f"SECRET_TOKEN={info['runtime_token']}" in \
+            c["process"]["env"]
+        assert {"destination": "/workspace", "type": "bind",
+                "source": info["mount_dir"],
+                "options": ["rbind", "rprivate"]} in c["mounts"]
+        # Its id is its name: nothing abbreviates it.
+        assert info["container_id"] == name
+    else:
+        c = s.inspect(name)
+        labels = c["Config"]["Labels"]
+        assert labels["io.agentscope.sandboxd.instance"] == s.instance
+        assert labels["io.agentscope.sandboxd.type"] == "minimal"
+        host = c["HostConfig"]
+        assert host["NetworkMode"] == "none"
+        assert host["CapDrop"] == ["ALL"]
+        assert "no-new-privileges" in host["SecurityOpt"]
+        assert host["Memory"] > 0 and host["NanoCpus"] > 0 and \
+            host["PidsLimit"] > 0
+        assert f"SECRET_TOKEN={info['runtime_token']}" in c["Config"]["Env"]
+        binds = host["Binds"]
+        assert f"{info['mount_dir']}:/workspace:rw" in binds
+        # Lookup by a unique prefix of the container id.
+        assert s.rpc("get_info", identity=info["container_id"][:12])[
+            "container_name"] == name
     assert s.rpc("get_info", identity=info["container_id"])["container_name"] == name
-    assert s.rpc("get_info", identity=info["container_id"][:12])["container_name"] == name
     assert s.rpc("get_status", identity=name) == "running"
     assert s.rpc("check_health", identity=name) is True
 
@@ -226,7 +247,7 @@ def test_no_host_paths_in_what_clients_read(start_sandboxd, scratch):
     s = start_sandboxd(env={"SANDBOXD_HEALTH_INTERVAL": "3600"})
     name = s.create()
     info = s.rpc("get_info", identity=name)
-    docker("rm", "-f", info["container_id"])
+    s.remove_container(info["container_id"])
     answers = [
         s.post("/list_tools", {"identity": name}),
         s.post("/call_tool", {"identity": name,

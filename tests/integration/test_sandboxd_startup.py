@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from conftest import SANDBOXD_BIN
-from sandboxd_fixtures import scratch, Sandboxd, minimal_tag, start_sandboxd  # noqa: F401
+from sandboxd_fixtures import (scratch, Sandboxd, docker_only,  # noqa: F401
+                               minimal_tag, start_sandboxd)
 
 
 def run(scratch, args, env=None, cwd=None):
@@ -98,6 +99,7 @@ def test_unix_socket(start_sandboxd, scratch):
     assert not os.path.exists(path)
 
 
+@docker_only
 def test_serves_while_docker_is_away(start_sandboxd):
     s = start_sandboxd(env={"DOCKER_HOST": "unix:///tmp/no-docker-here.sock",
                             "POOL_SIZE": "1"})

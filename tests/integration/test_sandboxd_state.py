@@ -8,11 +8,12 @@ import re
 
 from sandboxd_fixtures import minimal_tag, start_sandboxd  # noqa: F401
 
-CALL = re.compile(r'^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)')
+CALL = re.compile(r'^(\w+)\((.*)\)\s+=\s+(-?\d+)')
 
 
 def calls(trace_path):
-    """(name, args, result) of every completed call in an strace -f log."""
+    """(name, args, result) of every completed call in an strace log of
+    one process."""
     out = []
     with open(trace_path) as f:
         for line in f:
@@ -69,13 +70,15 @@ def check_replaced_durably(trace, path):
 def test_instance_and_state_files_are_synced_before_their_rename(
         start_sandboxd, tmp_path):
     trace_path = tmp_path / "trace"
+    # One file per process (-ff): sandboxd's own calls, in order, never
+    # split by another process's (crun, rm) between them.
     s = start_sandboxd(wrapper=[
-        "strace", "-D", "-f", "-o", str(trace_path), "-e",
+        "strace", "-D", "-ff", "-o", str(trace_path), "-e",
         "trace=openat,fsync,fdatasync,rename,renameat,renameat2"])
     name = s.create()
     s.rpc("release", identity=name)
     assert s.stop() == 0
-    trace = calls(trace_path)
+    trace = calls(f"{trace_path}.{s.proc.pid}")
     assert check_replaced_durably(
         trace, os.path.join(s.state_dir, "instance")) == 1
     assert check_replaced_durably(

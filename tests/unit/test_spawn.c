@@ -21,6 +21,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -956,6 +957,107 @@ test_via_with_no_keeper_ends(void **state)
 	assert_via_ended(start_via(&v, "true", &r), &v, &r, killed);
 }
 
+/* A setup: runs in the child before the exec, a system call only. */
+static int
+setup_umask(void *arg)
+{
+	umask(*(mode_t *)arg);
+	return 0;
+}
+
+static int
+setup_fails(void *arg)
+{
+	(void)arg;
+	errno = EXDEV;
+	return -1;
+}
+
+static void
+test_setup_runs_in_the_child(void **state)
+{
+	struct spawn_options o = sh_options("umask");
+	mode_t mask = 027;
+	struct run r = { 0 };
+	struct spawn *sp;
+
+	(void)state;
+	o.setup = setup_umask;
+	o.setup_arg = &mask;
+	sp = run_to_exit(&o, &r);
+	assert_output(sp, 1, "0027\n");
+	spawn_free(sp);
+}
+
+static void
+test_setup_failure_fails_the_spawn(void **state)
+{
+	struct spawn_options o = sh_options("echo ran");
+	struct error err = { 0 };
+
+	(void)state;
+	o.setup = setup_fails;
+	assert_null(spawn_start(base, &o, &exit_only, NULL, &err));
+	assert_int_equal(err.status, 500);
+	assert_non_null(strstr(err.msg, "cannot set up /bin/sh"));
+	assert_non_null(strstr(err.msg, strerror(EXDEV)));
+}
+
+/* What the orphan callback was told. */
+struct orphan {
+	pid_t pid;
+	int status;
+};
+
+static void
+orphan_cb(pid_t pid, int status, void *arg)
+{
+	struct orphan *o = arg;
+
+	if (pid == o->pid)
+		o->status = status;
+}
+
+static int
+orphan_told(void *arg)
+{
+	return ((struct orphan *)arg)->status >= 0;
+}
+
+static void
+test_orphans_are_told_with_their_status(void **state)
+{
+	/* The grandchild outlives its parent, comes back to us (a
+	 * subreaper), and exits 5 when told on the pipe (its stdin would be
+	 * /dev/null: an asynchronous list's is). */
+	struct spawn_options o = sh_options(
+	    "exec 4<&0; (read x <&4; exit 5) & echo $!");
+	struct orphan orphan = { 0, -1 };
+	struct run r = { 0 };
+	struct spawn *sp;
+	char *text;
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	o.stdio[0] = SPAWN_FD;
+	o.fd[0] = p[0];
+	sp = run_to_exit(&o, &r);
+	close(p[0]);
+	text = output(sp, 1);
+	orphan.pid = (pid_t)atoi(text);
+	free(text);
+	assert_true(orphan.pid > 0);
+	spawn_free(sp);
+	spawn_set_orphan_cb(orphan_cb, &orphan);
+	assert_int_equal(write(p[1], "go\n", 3), 3);
+	close(p[1]);
+	loop_until(orphan_told, &orphan);
+	spawn_set_orphan_cb(NULL, NULL);
+	assert_true(WIFEXITED(orphan.status));
+	assert_int_equal(WEXITSTATUS(orphan.status), 5);
+}
+
 static int
 group_setup(void **state)
 {
@@ -1013,6 +1115,9 @@ main(void)
 		cmocka_unit_test(test_via_killed_before_its_keeper_is_known),
 		cmocka_unit_test(test_via_freed_before_its_keeper_is_known),
 		cmocka_unit_test(test_via_with_no_keeper_ends),
+		cmocka_unit_test(test_setup_runs_in_the_child),
+		cmocka_unit_test(test_setup_failure_fails_the_spawn),
+		cmocka_unit_test(test_orphans_are_told_with_their_status),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -6,7 +6,8 @@ internet", TEST-NET ranges), 10.99.0.10 ("a private service") and
 169.254.169.254 ("the metadata service"), with an HTTP server answering
 on all of them (and a DNS server on 198.51.100.53); its veth end is the
 gateway, 10.254.N.1 ("the host" a sandbox sees). The sandboxes join a
-Docker macvlan network on the host's end of that veth, which carries no
+Docker macvlan network on the host's end of that veth (crun: a bridge of
+the test's with that end in it, the router its gateway), which carries no
 address, so their packets reach the router and nothing else: the router
 has no route out and forwards nothing, even when a policy is broken.
 
@@ -21,6 +22,8 @@ import socket
 import subprocess
 import sys
 import time
+
+from sandboxd_fixtures import BACKEND
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLIC = "198.51.100.10"
@@ -42,10 +45,12 @@ class World:
         self.router = f"egr{self.suffix}"
         self.parent = f"egp{self.suffix}"
         self.network = f"sbxd-egress-{self.suffix}"
+        self.bridge = f"egb{self.suffix}"
         self.subnet = f"10.254.{self.n}.0/24"
         self.gateway = f"10.254.{self.n}.1"
         self.procs = []
         self.made_netns = self.made_link = self.made_network = False
+        self.made_bridge = False
         try:
             self._build()
         except BaseException:
@@ -65,10 +70,16 @@ class World:
         sh(*ns, "ip", "addr", "add", f"{self.gateway}/24", "dev", "wan0")
         for a in (PUBLIC, PUBLIC2, PRIVATE, METADATA, ROUTER_DNS):
             sh(*ns, "ip", "addr", "add", f"{a}/32", "dev", "lo")
-        sh("docker", "network", "create", "-d", "macvlan", "--subnet",
-           self.subnet, "--gateway", self.gateway, "-o",
-           f"parent={self.parent}", self.network)
-        self.made_network = True
+        if BACKEND == "crun":
+            sh("ip", "link", "add", self.bridge, "type", "bridge")
+            self.made_bridge = True
+            sh("ip", "link", "set", self.parent, "master", self.bridge)
+            sh("ip", "link", "set", self.bridge, "up")
+        else:
+            sh("docker", "network", "create", "-d", "macvlan", "--subnet",
+               self.subnet, "--gateway", self.gateway, "-o",
+               f"parent={self.parent}", self.network)
+            self.made_network = True
         self.http = self._spawn(*ns, sys.executable,
                                 os.path.join(HERE, "egress_servers.py"),
                                 "0.0.0.0", ROUTER_DNS)
@@ -96,8 +107,12 @@ class World:
             return f.read().split()
 
     def sandboxd_env(self):
-        return {"SANDBOXD_NETWORK": self.network,
-                "SANDBOXD_EGRESS_DNS": f"127.0.0.1:{self.dns_port}"}
+        dns = {"SANDBOXD_EGRESS_DNS": f"127.0.0.1:{self.dns_port}"}
+        if BACKEND == "crun":
+            return dict(dns, SANDBOXD_BRIDGE=self.bridge,
+                        SANDBOXD_BRIDGE_SUBNET=self.subnet,
+                        SANDBOXD_BRIDGE_GATEWAY=self.gateway)
+        return dict(dns, SANDBOXD_NETWORK=self.network)
 
     def close(self):
         for p in self.procs:
@@ -105,6 +120,12 @@ class World:
             p.wait()
         if self.made_network:
             sh("docker", "network", "rm", self.network, check=False)
+        if self.made_bridge:
+            # The forwarding rule sandboxd made for it (it keeps a
+            # bridge's rules, as Docker does docker0's).
+            sh("iptables", "-w", "-D", "FORWARD", "-i", self.bridge, "-o",
+               self.bridge, "-j", "ACCEPT", check=False)
+            sh("ip", "link", "del", self.bridge, check=False)
         if self.made_link:
             sh("ip", "link", "del", self.parent, check=False)
         if self.made_netns:

@@ -1,9 +1,16 @@
 """Fixtures of the sandboxd tests: the real daemon, a real dockerd, the real
 minimal image built from this tree's agent.
 
+SANDBOXD_TEST_BACKEND picks what runs the sandboxes: docker (the default)
+or crun (CONTAINER_DEPLOYMENT=crun: the images come from the image store
+tools/build-image fills; dockerd only builds them). Tests of what only
+Docker has are marked docker_only; the crun backend's own tests start crun
+sandboxd whatever this says (CONTAINER_DEPLOYMENT in their env).
+
 Every sandboxd here gets its own state directory, so its own instance id;
-at teardown it is stopped and every container carrying that instance label
-is removed with the docker CLI, whatever the test did. Containers are only
+at teardown it is stopped and every container of that instance is removed
+(Docker: by its label with the docker CLI; crun: everything under its
+state directory's crun root), whatever the test did. Containers are only
 ever reached over unix sockets or 127.0.0.1.
 """
 import hashlib
@@ -22,8 +29,16 @@ from conftest import ROOT, SANDBOXD_BIN, free_port, rss_kib
 
 AGENT_BIN = os.path.join(ROOT, "agent", "sandbox-agent")
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
+IMAGE_STORE = os.path.join(ROOT, "tools", "image-store")
 LABEL_INSTANCE = "io.agentscope.sandboxd.instance"
 LABEL_ANY = "io.agentscope.sandboxd"
+BACKEND = os.environ.get("SANDBOXD_TEST_BACKEND", "docker")
+assert BACKEND in ("docker", "crun"), BACKEND
+docker_only = pytest.mark.skipif(BACKEND != "docker",
+                                 reason="Docker's own behaviour")
+# crun list's words as Docker's.
+CRUN_STATES = {"running": "running", "paused": "paused", "stopped": "exited",
+               "created": "created"}
 
 
 def docker(*args, check=True, timeout=120):
@@ -110,6 +125,7 @@ class Sandboxd:
              if k in ("PATH", "HOME", "LANG", "DOCKER_HOST", "ASAN_OPTIONS",
                       "UBSAN_OPTIONS")}
         e.update({
+            "CONTAINER_DEPLOYMENT": BACKEND,
             "RUNTIME_SANDBOX_IMAGE_TAG": tag,
             "DEFAULT_SANDBOX_TYPE": "minimal",
             "POOL_SIZE": "0",
@@ -121,6 +137,7 @@ class Sandboxd:
             e["BEARER_TOKEN"] = token
         e.update(env or {})
         self.env = e
+        self.backend = e["CONTAINER_DEPLOYMENT"]
         self.args = list(args)
         # A command that execs sandboxd (strace -D ...), same pid.
         # LeakSanitizer cannot run under ptrace: it would fail the exit.
@@ -212,16 +229,72 @@ class Sandboxd:
                 values[key] = float(value)
         return values
 
-    # Docker's view
+    # The backend's view
+
+    @property
+    def crun_root(self):
+        return os.path.join(self.state_dir, "crun", "state")
+
+    @property
+    def crun_bundles(self):
+        return os.path.join(self.state_dir, "crun", "sandboxes")
+
+    def crun(self, *args, check=True):
+        return subprocess.run(["crun", "--root", self.crun_root, *args],
+                              capture_output=True, text=True, check=check,
+                              timeout=120)
 
     def containers(self, all_states=True):
-        """{name: state} of the containers of this instance."""
+        """{name: state} of the containers of this instance (crun: every
+        sandbox directory, "dead" when crun has no state of it)."""
+        if self.backend == "crun":
+            found = {}
+            if os.path.isdir(self.crun_bundles):
+                found = {n: "dead" for n in os.listdir(self.crun_bundles)}
+            if os.path.isdir(self.crun_root):
+                for c in json.loads(self.crun("list", "--format", "json")
+                                    .stdout or "[]"):
+                    found[c["id"]] = CRUN_STATES.get(c["status"],
+                                                     c["status"])
+            return {n: st for n, st in found.items()
+                    if all_states or st == "running"}
         args = ["ps", "--format", "{{.Names}} {{.State}}", "--filter",
                 f"label={LABEL_INSTANCE}={self.instance}"]
         if all_states:
             args.insert(1, "-a")
         out = docker(*args).stdout.split("\n")
         return dict(line.split(" ", 1) for line in out if line.strip())
+
+    def kill_container(self, name):
+        """Its first process killed behind sandboxd's back."""
+        if self.backend == "crun":
+            self.crun("kill", name, "KILL")
+        else:
+            docker("kill", name)
+
+    def remove_container(self, name):
+        """Gone behind sandboxd's back (docker rm -f)."""
+        if self.backend == "crun":
+            self.crun("delete", "--force", name)
+            shutil.rmtree(os.path.join(self.crun_bundles, name))
+        else:
+            docker("rm", "-f", name)
+
+    def sandbox_env(self, name):
+        """The environment a sandbox's first process was given."""
+        if self.backend == "crun":
+            return self.crun_config(name)["process"]["env"]
+        return self.inspect(name)["Config"]["Env"]
+
+    def crun_config(self, name):
+        """The OCI configuration of a crun sandbox."""
+        with open(os.path.join(self.crun_bundles, name, "config.json")) as f:
+            return json.load(f)
+
+    def crun_saved(self, name):
+        """What the crun backend keeps of a sandbox (sandbox.json)."""
+        with open(os.path.join(self.crun_bundles, name, "sandbox.json")) as f:
+            return json.load(f)
 
     def inspect(self, name):
         return json.loads(docker("inspect", name).stdout)[0]
@@ -255,6 +328,10 @@ class Sandboxd:
         return self.proc.returncode
 
     def remove_leftovers(self):
+        if self.backend == "crun":
+            for name in self.containers():
+                self.crun("delete", "--force", name, check=False)
+            return
         if self.instance is None:
             return
         ids = docker("ps", "-aq", "--filter",
