@@ -8,7 +8,7 @@
 #   make run     build the images it serves and start sandboxd (foreground),
 #                its sandboxes run by crun where it works (root, crun
 #                installed), else by Docker
-#   make bench   benchmarks; figures go to the README
+#   make bench   benchmarks; figures go to tools/bench/README.md
 #   make test-scale  SCALE_N (1000) minimal sandboxes through sandboxd, one
 #                call each, then SIGTERM: none left, exit 0, within 30 s or,
 #                where Docker alone cannot remove as many that fast (timed
@@ -31,7 +31,7 @@ COMMON_SRC := $(sort $(wildcard common/*.c))
 AGENT_SRC := $(sort $(wildcard agent/*.c))
 AGENT_EMBED := $(sort $(wildcard agent/embed/*))
 SUPERVISOR_SRC := $(sort $(wildcard supervisor/*.c))
-MCP_SRC := $(sort $(wildcard mcp/*.c))
+MCP_SRC := $(sort $(wildcard sandbox-mcp/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
@@ -59,7 +59,7 @@ UNIT_LIBS := -lcmocka -lhttp_parser -levent_core -levent_extra -ljansson -lhired
 
 SUPERVISOR_TARGET := $(if $(wildcard supervisor/main.c),supervisor/sandboxd)
 
-all: agent/sandbox-agent $(SUPERVISOR_TARGET) mcp/sandbox-mcp $(BUILD)/httpc
+all: agent/sandbox-agent $(SUPERVISOR_TARGET) sandbox-mcp/sandbox-mcp $(BUILD)/httpc
 
 deps:
 	tools/install-deps
@@ -71,7 +71,7 @@ deps:
 PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 mcp/sandbox-mcp $(DESTDIR)$(PREFIX)/bin/sandbox-mcp
+	install -m 0755 sandbox-mcp/sandbox-mcp $(DESTDIR)$(PREFIX)/bin/sandbox-mcp
 
 $(LIBGIT2) $(LIBVNCCLIENT):
 	@echo "$(notdir $@) is missing: run 'make deps' first (it builds lean static libgit2 and libvncclient into $(DEPS))" >&2
@@ -122,7 +122,7 @@ supervisor/sandboxd: $(SUPERVISOR_OBJ) $(COMMON_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $(SUPERVISOR_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
 
 # sandbox-mcp: an MCP server over stdio in front of one sandbox of sandboxd.
-mcp/sandbox-mcp: $(MCP_OBJ) $(COMMON_OBJ)
+sandbox-mcp/sandbox-mcp: $(MCP_OBJ) $(COMMON_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $(MCP_OBJ) $(COMMON_OBJ) $(SUPERVISOR_LIBS)
 
 # httpc: a one-request HTTP client CLI (common/http_client.c) for debugging.
@@ -402,6 +402,6 @@ bench: all $(BENCH_BIN)
 clean:
 	rm -rf $(BUILD)/agent $(BUILD)/common $(BUILD)/tools $(BUILD)/httpc $(BUILD)/supervisor $(BUILD)/asan $(BUILD)/asan-agent \
 		$(BUILD)/unit $(BUILD)/unit-asan $(BUILD)/fuzz-replay agent/sandbox-agent supervisor/sandboxd \
-		$(BUILD)/mcp $(BUILD)/asan-mcp mcp/sandbox-mcp
+		$(BUILD)/sandbox-mcp $(BUILD)/asan-mcp sandbox-mcp/sandbox-mcp
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

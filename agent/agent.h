@@ -2,21 +2,28 @@
  * sandbox-agent: the HTTP API of one sandbox. One event loop; each route
  * group lives in its own file and registers its handlers in routes.c.
  *
+ * Files: main.c (start, signals, shutdown), options.c (the option table),
+ * routes.c (the route table), health.c (/healthz), healthcheck.c (the
+ * images' HEALTHCHECK client), shell.c + shell_template.c (commands; the
+ * template's builtin is bash/shell_template_bash.c), confine.c (the
+ * seccomp filter of every child), run_as.c (--run-as without the
+ * capabilities for it), path.c (workspace paths), multipart.c (uploads),
+ * websocket.c (RFC 6455's handshake and frames), toolset.c and
+ * tool_result.c (what native and MCP tools share).
+ *
  * Every file of a subsystem carries its prefix: files_* the /workspace
  * routes, fstools_* the filesystem tool set, gitops* the /watcher (git)
- * routes, mcp_* the MCP client, kernel* the IPython kernels, ci_* the
- * code interpreter of E2B's SDK on them, envd* E2B's in-sandbox API
- * (envd.h), desktop_*, vnc_* and computer_* the display and computer
- * use. toolset.c and tool_result.c hold what native and MCP tools share;
- * confine.c what confines every child; path.c resolves workspace paths,
- * multipart.c parses uploads. Code sandboxd uses too lives in common/,
- * among it work_queue.c and work_pool.c, which run blocking jobs off the
- * loop.
+ * routes, mcp_* the MCP client, kernel* the IPython kernels,
+ * ci_* the code interpreter of E2B's SDK on them, envd* E2B's in-sandbox
+ * API (envd.h), desktop_*, vnc_* and computer_* the display and computer
+ * use. Code sandboxd uses too lives in common/, among it work_queue.c and
+ * work_pool.c, which run blocking jobs off the loop.
  */
 #ifndef AGENT_H
 #define AGENT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -33,6 +40,8 @@ struct ci;
 struct kernel;
 struct work_pool;
 
+/* The options (options.c's table says each one's flag, default and
+ * bounds); lives until exit. */
 struct agent_config {
 	struct config_list listen;	/* HOST:PORT or unix:/path, repeatable */
 	char *workspace;
@@ -40,7 +49,9 @@ struct agent_config {
 	char *tools;			/* native tool groups, comma separated */
 	char *desktop;			/* the desktop's programs (desktop.h) */
 	char *seccomp;			/* "on" or "off" */
+	char *token;			/* SECRET_TOKEN */
 	int insecure_no_token;
+	int healthcheck;		/* --healthcheck: ask, exit */
 	size_t output_cap;		/* per stream of a shell command */
 	size_t max_body;		/* JSON request bodies */
 	size_t max_upload;		/* file uploads; 0: no limit */
@@ -79,10 +90,16 @@ struct agent {
 	struct mcp *mcp;		/* MCP servers (mcp.c) */
 	struct work_pool *io_pool;	/* the file routes' reads and deletes,
 					 * off the loop; NULL: they answer 503 */
-	struct kernel *kernel;		/* run_ipython_cell's (ipython.c) */
+	struct kernel *kernel;		/* run_ipython_cell's (kernel_ipython.c) */
 	struct ci *ci;			/* the code interpreter (ci_*.c) */
 	struct desktop *desktop;	/* --desktop, else NULL (desktop.c) */
 };
+
+/* options.c: the option table; defaults, environment, then argv. */
+int agent_options_load(struct agent_config *cfg, int argc, char **argv,
+    int *help, int *version, struct error *err);
+void agent_options_usage(FILE *f);
+const struct config_option *agent_options_table(size_t *n);
 
 /* routes.c */
 const struct http_route *agent_routes(size_t *n);
@@ -91,7 +108,8 @@ const struct http_route *agent_routes(size_t *n);
 void health_route(struct http_request *req, void *arg);
 
 /* healthcheck.c: --healthcheck, a client of a running agent's /healthz
- * at the given addresses (else PID 1's); the exit status. */
+ * at the given addresses (else PID 1's, else the default); the exit
+ * status. */
 int healthcheck_run(const struct config_list *listen, const char *token);
 
 /* run_as.c: --run-as without the capabilities to switch users is
@@ -160,10 +178,10 @@ void mcp_route_add_servers(struct http_request *req, void *arg);
 void mcp_route_list_tools(struct http_request *req, void *arg);
 void mcp_route_call_tool(struct http_request *req, void *arg);
 
-/* ipython.c: run_ipython_cell, on agent->kernel (kernel.h). prewarm
+/* kernel_ipython.c: run_ipython_cell, on agent->kernel (kernel.h). prewarm
  * starts that kernel now, not on first use (--prewarm-kernel). */
-void ipython_route_run(struct http_request *req, void *arg);
-void ipython_prewarm(struct agent *agent);
+void kernel_ipython_route_run(struct http_request *req, void *arg);
+void kernel_ipython_prewarm(struct agent *agent);
 
 /* ci_contexts.c, ci_execute.c: the code interpreter of E2B's SDK (its
  * port 49999 under /ci), on kernels of its own, one per context. init

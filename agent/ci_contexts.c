@@ -24,7 +24,7 @@
 
 #include <event2/event.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "kernel.h"
 #include "log.h"
 #include "token.h"
@@ -245,8 +245,8 @@ ci_route_contexts_create(struct http_request *req, void *arg)
 	json_t *body;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(body, "language", 0, &language, &err) < 0 ||
-	    json_get_string(body, "cwd", 0, &cwd, &err) < 0 ||
+	    jsonx_get_string(body, "language", 0, &language, &err) < 0 ||
+	    jsonx_get_string(body, "cwd", 0, &cwd, &err) < 0 ||
 	    ci_language_check(language, &err) < 0)
 		goto fail;
 	if (cwd == NULL || *cwd == '\0')

@@ -42,7 +42,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "kernel.h"
 #include "log.h"
 #include "utf8.h"
@@ -355,10 +355,10 @@ ci_route_execute(struct http_request *req, void *arg)
 	json_t *body, *env = NULL, *vars = envd_init_vars();
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(body, "code", 1, &code, &err) < 0 ||
-	    json_get_string(body, "context_id", 0, &id, &err) < 0 ||
-	    json_get_string(body, "language", 0, &language, &err) < 0 ||
-	    json_get_object(body, "env_vars", 0, &env, &err) < 0 ||
+	    jsonx_get_string(body, "code", 1, &code, &err) < 0 ||
+	    jsonx_get_string(body, "context_id", 0, &id, &err) < 0 ||
+	    jsonx_get_string(body, "language", 0, &language, &err) < 0 ||
+	    jsonx_get_object(body, "env_vars", 0, &env, &err) < 0 ||
 	    check_env(env, &err) < 0)
 		goto fail;
 	if (id != NULL && language != NULL) {

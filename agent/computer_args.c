@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -92,13 +92,13 @@ check_coordinate(json_t *v, struct computer_call *c, char **msg)
 		return;
 	if (!json_is_array(v)) {
 		issue(msg, "Invalid input: expected array, received %s at "
-		    "coordinate", json_zod_type(v));
+		    "coordinate", jsonx_zod_type(v));
 		return;
 	}
 	json_array_foreach(v, i, n) {
 		if (!json_is_number(n)) {
 			issue(msg, "Invalid input: expected number, received %s "
-			    "at coordinate[%zu]", json_zod_type(n), i);
+			    "at coordinate[%zu]", jsonx_zod_type(n), i);
 			bad = 1;
 		}
 	}
@@ -133,7 +133,7 @@ computer_args_check(json_t *args, struct computer_call *c)
 
 	if (!json_is_object(args)) {
 		issue(&msg, "Invalid input: expected object, received %s",
-		    json_zod_type(args));
+		    jsonx_zod_type(args));
 		return msg;
 	}
 	check_action(json_object_get(args, "action"), c, &msg);
@@ -142,7 +142,7 @@ computer_args_check(json_t *args, struct computer_call *c)
 	if (text != NULL && !json_is_null(text)) {
 		if (!json_is_string(text)) {
 			issue(&msg, "Invalid input: expected string, received %s "
-			    "at text", json_zod_type(text));
+			    "at text", jsonx_zod_type(text));
 		} else {
 			c->text = json_string_value(text);
 			c->text_len = json_string_length(text);

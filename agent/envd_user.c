@@ -21,7 +21,7 @@
 
 #include <nettle/base64.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -382,9 +382,9 @@ envd_route_init(struct http_request *req, void *arg)
 	json_t *body, *vars = NULL;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_object(body, "envVars", 0, &vars, &err) < 0 ||
-	    json_get_string(body, "defaultUser", 0, &user, &err) < 0 ||
-	    json_get_string(body, "defaultWorkdir", 0, &workdir, &err) < 0 ||
+	    jsonx_get_object(body, "envVars", 0, &vars, &err) < 0 ||
+	    jsonx_get_string(body, "defaultUser", 0, &user, &err) < 0 ||
+	    jsonx_get_string(body, "defaultWorkdir", 0, &workdir, &err) < 0 ||
 	    init_refuse(body, &err) < 0)
 		goto fail;
 	if (user != NULL && user[0] != '\0' &&

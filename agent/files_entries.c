@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "work_pool.h"
 #include "xmalloc.h"
@@ -409,8 +409,8 @@ files_entries_route_move(struct http_request *req, void *arg)
 	json_t *body, *info = NULL;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(body, "source", 1, &source, &err) < 0 ||
-	    json_get_string(body, "destination", 1, &destination, &err) < 0 ||
+	    jsonx_get_string(body, "source", 1, &source, &err) < 0 ||
+	    jsonx_get_string(body, "destination", 1, &destination, &err) < 0 ||
 	    path_normalize(&agent->ws, source, &src, &err) < 0 ||
 	    path_normalize(&agent->ws, destination, &dst, &err) < 0)
 		goto done;
@@ -470,7 +470,7 @@ files_entries_route_mkdir(struct http_request *req, void *arg)
 	int fd = -1;
 
 	if ((body = http_request_json(req, &err)) != NULL &&
-	    json_get_string(body, "path", 1, &path, &err) == 0 &&
+	    jsonx_get_string(body, "path", 1, &path, &err) == 0 &&
 	    path_normalize(&agent->ws, path, &rel, &err) == 0)
 		fd = files_ops_mkdirs(agent, rel, &created, &err);
 	json_decref(body);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "toolset.h"
 #include "xmalloc.h"
 
@@ -23,14 +23,15 @@ struct field {
 };
 
 static void
-issue(struct fs_buf *b, const char *expected, json_t *v, const char *at)
+issue(struct fstools_buf *b, const char *expected, json_t *v, const char *at)
 {
 	if (b->len > 0)
-		fs_buf_str(b, "\n");
-	fs_buf_printf(b, "Invalid input: expected %s, received %s", expected,
-	    v != NULL ? json_zod_type(v) : "undefined");
+		fstools_buf_str(b, "\n");
+	fstools_buf_printf(b, "Invalid input: expected %s, received %s",
+	    expected,
+	    v != NULL ? jsonx_zod_type(v) : "undefined");
 	if (at != NULL)
-		fs_buf_printf(b, " at %s", at);
+		fstools_buf_printf(b, " at %s", at);
 }
 
 static int
@@ -48,7 +49,7 @@ is_type(json_t *v, const char *type)
 }
 
 static void
-check_edits(struct fs_buf *b, json_t *edits)
+check_edits(struct fstools_buf *b, json_t *edits)
 {
 	static const char *const keys[] = { "oldText", "newText" };
 	size_t i;
@@ -74,7 +75,7 @@ check_edits(struct fs_buf *b, json_t *edits)
 }
 
 static void
-check_field(struct fs_buf *b, const struct field *f, json_t *v)
+check_field(struct fstools_buf *b, const struct field *f, json_t *v)
 {
 	static const char *const names[] = { "string", "number", "boolean",
 	    "array", "array", "string" };
@@ -88,8 +89,8 @@ check_field(struct fs_buf *b, const struct field *f, json_t *v)
 		    (strcmp(json_string_value(v), "name") != 0 &&
 		    strcmp(json_string_value(v), "size") != 0)) {
 			if (b->len > 0)
-				fs_buf_str(b, "\n");
-			fs_buf_printf(b, "Invalid option: expected one of "
+				fstools_buf_str(b, "\n");
+			fstools_buf_printf(b, "Invalid option: expected one of "
 			    "\"name\"|\"size\" at %s", f->name);
 		}
 		return;
@@ -114,8 +115,8 @@ check_field(struct fs_buf *b, const struct field *f, json_t *v)
 	}
 	if (json_array_size(v) < f->min_items) {
 		if (b->len > 0)
-			fs_buf_str(b, "\n");
-		fs_buf_printf(b, "Too small: expected array to have >=%zu "
+			fstools_buf_str(b, "\n");
+		fstools_buf_printf(b, "Too small: expected array to have >=%zu "
 		    "items at %s", f->min_items, f->name);
 	}
 }
@@ -126,7 +127,7 @@ static int
 check_args(const char *tool, const struct field *fields, json_t *args,
     struct error *err)
 {
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 
 	if (args != NULL && !json_is_object(args))
 		issue(&b, "object", args, NULL);
@@ -182,22 +183,23 @@ call_##tool(struct agent *agent, json_t *args, json_t **result,	\
 	return 0;							\
 }
 
-TOOL_CALL(read_file, f_read_text, fs_tool_read_text_file)
-TOOL_CALL(read_text_file, f_read_text, fs_tool_read_text_file)
-TOOL_CALL(read_media_file, f_path, fs_tool_read_media_file)
-TOOL_CALL(read_multiple_files, f_read_multiple, fs_tool_read_multiple_files)
-TOOL_CALL(write_file, f_write, fs_tool_write_file)
-TOOL_CALL(edit_file, f_edit, fs_tool_edit_file)
-TOOL_CALL(create_directory, f_path, fs_tool_create_directory)
-TOOL_CALL(list_directory, f_path, fs_tool_list_directory)
+TOOL_CALL(read_file, f_read_text, fstools_tool_read_text_file)
+TOOL_CALL(read_text_file, f_read_text, fstools_tool_read_text_file)
+TOOL_CALL(read_media_file, f_path, fstools_tool_read_media_file)
+TOOL_CALL(read_multiple_files, f_read_multiple,
+    fstools_tool_read_multiple_files)
+TOOL_CALL(write_file, f_write, fstools_tool_write_file)
+TOOL_CALL(edit_file, f_edit, fstools_tool_edit_file)
+TOOL_CALL(create_directory, f_path, fstools_tool_create_directory)
+TOOL_CALL(list_directory, f_path, fstools_tool_list_directory)
 TOOL_CALL(list_directory_with_sizes, f_list_sizes,
-    fs_tool_list_directory_with_sizes)
-TOOL_CALL(directory_tree, f_tree, fs_tool_directory_tree)
-TOOL_CALL(move_file, f_move, fs_tool_move_file)
-TOOL_CALL(search_files, f_search, fs_tool_search_files)
-TOOL_CALL(get_file_info, f_path, fs_tool_get_file_info)
+    fstools_tool_list_directory_with_sizes)
+TOOL_CALL(directory_tree, f_tree, fstools_tool_directory_tree)
+TOOL_CALL(move_file, f_move, fstools_tool_move_file)
+TOOL_CALL(search_files, f_search, fstools_tool_search_files)
+TOOL_CALL(get_file_info, f_path, fstools_tool_get_file_info)
 TOOL_CALL(list_allowed_directories, f_none,
-    fs_tool_list_allowed_directories)
+    fstools_tool_list_allowed_directories)
 
 /* The input schemas exactly as the npm server lists them. */
 #define SCHEMA(props, required)						\

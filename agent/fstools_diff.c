@@ -315,7 +315,8 @@ make_hunks(const struct run *runs, size_t nruns, struct pline **lines,
 }
 
 char *
-fs_unified_diff(const char *name, const char *a, size_t alen, const char *b,
+fstools_unified_diff(const char *name, const char *a, size_t alen,
+    const char *b,
     size_t blen)
 {
 	struct tokens t;
@@ -324,7 +325,7 @@ fs_unified_diff(const char *name, const char *a, size_t alen, const char *b,
 	struct run *runs;
 	struct pline *lines = NULL;
 	struct hunk *hunks;
-	struct fs_buf out = { 0 };
+	struct fstools_buf out = { 0 };
 
 	t.old = tokenize(a, alen, &na);
 	t.new = tokenize(b, blen, &nb);
@@ -354,12 +355,12 @@ fs_unified_diff(const char *name, const char *a, size_t alen, const char *b,
 	}
 	comp_release(last);
 	nh = make_hunks(runs, nruns, &lines, &nlines, &hunks);
-	fs_buf_printf(&out, "Index: %s\n%s\n--- %s\toriginal\n"
+	fstools_buf_printf(&out, "Index: %s\n%s\n--- %s\toriginal\n"
 	    "+++ %s\tmodified\n", name, UNDERLINE, name, name);
 	for (size_t h = 0; h < nh; h++) {
 		struct hunk *k = &hunks[h];
 
-		fs_buf_printf(&out, "@@ -%zu,%zu +%zu,%zu @@\n",
+		fstools_buf_printf(&out, "@@ -%zu,%zu +%zu,%zu @@\n",
 		    k->old_lines == 0 ? k->old_start - 1 : k->old_start,
 		    k->old_lines,
 		    k->new_lines == 0 ? k->new_start - 1 : k->new_start,
@@ -368,9 +369,9 @@ fs_unified_diff(const char *name, const char *a, size_t alen, const char *b,
 			const struct token *tok = lines[i].tok;
 			int nl = tok->len > 0 && tok->s[tok->len - 1] == '\n';
 
-			fs_buf_add(&out, &lines[i].prefix, 1);
-			fs_buf_add(&out, tok->s, tok->len - (nl ? 1 : 0));
-			fs_buf_str(&out, nl ? "\n" :
+			fstools_buf_add(&out, &lines[i].prefix, 1);
+			fstools_buf_add(&out, tok->s, tok->len - (nl ? 1 : 0));
+			fstools_buf_str(&out, nl ? "\n" :
 			    "\n\\ No newline at end of file\n");
 		}
 	}
@@ -379,5 +380,5 @@ fs_unified_diff(const char *name, const char *a, size_t alen, const char *b,
 	free(runs);
 	free(t.old);
 	free(t.new);
-	return fs_buf_take(&out, NULL);
+	return fstools_buf_take(&out, NULL);
 }

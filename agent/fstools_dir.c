@@ -18,15 +18,15 @@
 static int
 by_name(const void *a, const void *b)
 {
-	return strcmp(((const struct fs_entry *)a)->name,
-	    ((const struct fs_entry *)b)->name);
+	return strcmp(((const struct fstools_entry *)a)->name,
+	    ((const struct fstools_entry *)b)->name);
 }
 
 int
-fs_read_dir(int fd, struct fs_entry **out, size_t *n)
+fstools_read_dir(int fd, struct fstools_entry **out, size_t *n)
 {
 	DIR *d = fdopendir(fd);
-	struct fs_entry *v = NULL;
+	struct fstools_entry *v = NULL;
 	size_t len = 0, cap = 0;
 	struct dirent *de;
 
@@ -65,7 +65,7 @@ fs_read_dir(int fd, struct fs_entry **out, size_t *n)
 	if (errno != 0) {
 		int e = errno;
 
-		fs_entries_free(v, len);
+		fstools_entries_free(v, len);
 		closedir(d);
 		return e;
 	}
@@ -78,7 +78,7 @@ fs_read_dir(int fd, struct fs_entry **out, size_t *n)
 }
 
 void
-fs_entries_free(struct fs_entry *v, size_t n)
+fstools_entries_free(struct fstools_entry *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		free(v[i].name);
@@ -86,47 +86,48 @@ fs_entries_free(struct fs_entry *v, size_t n)
 }
 
 int
-fs_list_dir(const struct workspace *ws, const char *rel, const char *real,
-    struct fs_entry **out, size_t *n, char **msg)
+fstools_list_dir(const struct workspace *ws, const char *rel, const char *real,
+    struct fstools_entry **out, size_t *n, char **msg)
 {
-	int fd = fs_open(ws, rel, O_RDONLY | O_DIRECTORY, 0), e;
+	int fd = fstools_open(ws, rel, O_RDONLY | O_DIRECTORY, 0), e;
 
 	if (fd < 0) {
 		if (errno == EXDEV || errno == ELOOP)
-			*msg = fs_msg_symlink_out(ws, real);
+			*msg = fstools_msg_symlink_out(ws, real);
 		else
-			*msg = fs_msg_errno(errno, "scandir", real, NULL);
+			*msg = fstools_msg_errno(errno, "scandir", real, NULL);
 		return -1;
 	}
-	if ((e = fs_read_dir(fd, out, n)) != 0) {
-		*msg = fs_msg_errno(e, "scandir", real, NULL);
+	if ((e = fstools_read_dir(fd, out, n)) != 0) {
+		*msg = fstools_msg_errno(e, "scandir", real, NULL);
 		return -1;
 	}
 	return 0;
 }
 
 json_t *
-fs_tool_list_directory(const struct workspace *ws, json_t *args)
+fstools_tool_list_directory(const struct workspace *ws, json_t *args)
 {
-	struct fs_path p;
-	struct fs_entry *v;
-	struct fs_buf b = { 0 };
+	struct fstools_path p;
+	struct fstools_entry *v;
+	struct fstools_buf b = { 0 };
 	size_t n;
 	char *msg = NULL;
 	json_t *result;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
-	if (fs_list_dir(ws, p.rel, p.real, &v, &n, &msg) < 0) {
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
+	if (fstools_list_dir(ws, p.rel, p.real, &v, &n, &msg) < 0) {
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
-	fs_path_free(&p);
+	fstools_path_free(&p);
 	for (size_t i = 0; i < n; i++)
-		fs_buf_printf(&b, "%s%s %s", i > 0 ? "\n" : "",
+		fstools_buf_printf(&b, "%s%s %s", i > 0 ? "\n" : "",
 		    v[i].type == DT_DIR ? "[DIR]" : "[FILE]", v[i].name);
-	fs_entries_free(v, n);
-	result = fs_result_text(b.s != NULL ? b.s : "", b.len);
+	fstools_entries_free(v, n);
+	result = fstools_result_text(b.s != NULL ? b.s : "", b.len);
 	free(b.s);
 	return result;
 }
@@ -227,7 +228,7 @@ collate(const char *a, const char *b)
 }
 
 struct sized {
-	struct fs_entry *e;
+	struct fstools_entry *e;
 	long long size;
 	size_t index;
 };
@@ -255,7 +256,7 @@ by_size(const void *a, const void *b)
  * inside the workspace; anything else counts as a failed stat (size 0). */
 static long long
 entry_size(const struct workspace *ws, int dirfd, const char *dir_real,
-    const struct fs_entry *e)
+    const struct fstools_entry *e)
 {
 	struct stat st;
 	long long size = 0;
@@ -264,17 +265,17 @@ entry_size(const struct workspace *ws, int dirfd, const char *dir_real,
 		if (fstatat(dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			size = st.st_size;
 	} else {
-		struct fs_path p;
+		struct fstools_path p;
 		char *full = xasprintf("%s/%s", dir_real, e->name), *msg = NULL;
 		int fd;
 
-		if (fs_path_resolve(ws, full, &p, &msg) == 0) {
-			fd = fs_open(ws, p.rel, O_PATH, 0);
+		if (fstools_path_resolve(ws, full, &p, &msg) == 0) {
+			fd = fstools_open(ws, p.rel, O_PATH, 0);
 			if (fd >= 0 && fstat(fd, &st) == 0)
 				size = st.st_size;
 			if (fd >= 0)
 				close(fd);
-			fs_path_free(&p);
+			fstools_path_free(&p);
 		}
 		free(msg);
 		free(full);
@@ -283,26 +284,27 @@ entry_size(const struct workspace *ws, int dirfd, const char *dir_real,
 }
 
 json_t *
-fs_tool_list_directory_with_sizes(const struct workspace *ws, json_t *args)
+fstools_tool_list_directory_with_sizes(const struct workspace *ws, json_t *args)
 {
-	const char *sort = fs_arg_string(args, "sortBy");
-	struct fs_path p;
-	struct fs_entry *v;
+	const char *sort = fstools_arg_string(args, "sortBy");
+	struct fstools_path p;
+	struct fstools_entry *v;
 	struct sized *s;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	size_t n, files = 0, dirs = 0;
 	long long total = 0;
 	char *msg = NULL, sz[32];
 	int dirfd;
 	json_t *result;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
-	if (fs_list_dir(ws, p.rel, p.real, &v, &n, &msg) < 0) {
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
+	if (fstools_list_dir(ws, p.rel, p.real, &v, &n, &msg) < 0) {
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
-	dirfd = fs_open(ws, p.rel, O_PATH | O_DIRECTORY, 0);
+	dirfd = fstools_open(ws, p.rel, O_PATH | O_DIRECTORY, 0);
 	s = xcalloc(n + 1, sizeof *s);
 	for (size_t i = 0; i < n; i++) {
 		s[i].e = &v[i];
@@ -318,26 +320,27 @@ fs_tool_list_directory_with_sizes(const struct workspace *ws, json_t *args)
 	}
 	if (dirfd >= 0)
 		close(dirfd);
-	fs_path_free(&p);
+	fstools_path_free(&p);
 	qsort(s, n, sizeof *s, sort != NULL && strcmp(sort, "size") == 0 ?
 	    by_size : by_collation);
 	for (size_t i = 0; i < n; i++) {
 		int is_dir = s[i].e->type == DT_DIR;
 		size_t width = utf16_length(s[i].e->name);
 
-		fs_buf_printf(&b, "%s %s", is_dir ? "[DIR]" : "[FILE]",
+		fstools_buf_printf(&b, "%s %s", is_dir ? "[DIR]" : "[FILE]",
 		    s[i].e->name);
 		for (; width < 30; width++)
-			fs_buf_str(&b, " ");
+			fstools_buf_str(&b, " ");
 		format_size(sz, sizeof sz, s[i].size);
-		fs_buf_printf(&b, " %*s\n", is_dir ? 0 : 10, is_dir ? "" : sz);
+		fstools_buf_printf(&b, " %*s\n", is_dir ? 0 : 10,
+		    is_dir ? "" : sz);
 	}
 	format_size(sz, sizeof sz, total);
-	fs_buf_printf(&b, "\nTotal: %zu files, %zu directories\n"
+	fstools_buf_printf(&b, "\nTotal: %zu files, %zu directories\n"
 	    "Combined size: %s", files, dirs, sz);
 	free(s);
-	fs_entries_free(v, n);
-	result = fs_result_text(b.s, b.len);
+	fstools_entries_free(v, n);
+	result = fstools_result_text(b.s, b.len);
 	free(b.s);
 	return result;
 }

@@ -138,7 +138,7 @@ replace_lines(const char *content, size_t clen, const char *old,
 	struct span *cl = split_lines(content, clen, &nc);
 	struct span *ol = split_lines(old, olen, &no);
 	struct span *nl, orig_indent;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	int found = 0;
 
 	for (at = 0; !found && no <= nc && at <= nc - no; at++) {
@@ -156,36 +156,36 @@ replace_lines(const char *content, size_t clen, const char *old,
 	orig_indent.len = indent_of(cl[at], &first_chars);
 	nl = split_lines(new, nlen, &nn);
 	for (size_t i = 0; i < at; i++) {
-		fs_buf_add(&b, cl[i].s, cl[i].len);
-		fs_buf_str(&b, "\n");
+		fstools_buf_add(&b, cl[i].s, cl[i].len);
+		fstools_buf_str(&b, "\n");
 	}
 	for (size_t j = 0; j < nn; j++) {
 		size_t old_chars = 0, new_chars, lead;
 		size_t old_lead = j < no ? indent_of(ol[j], &old_chars) : 0;
 
 		if (j > 0)
-			fs_buf_str(&b, "\n");
+			fstools_buf_str(&b, "\n");
 		lead = indent_of(nl[j], &new_chars);
 		if (j == 0) {
-			fs_buf_add(&b, orig_indent.s, orig_indent.len);
-			fs_buf_add(&b, nl[j].s + lead, nl[j].len - lead);
+			fstools_buf_add(&b, orig_indent.s, orig_indent.len);
+			fstools_buf_add(&b, nl[j].s + lead, nl[j].len - lead);
 		} else if (old_lead > 0 && lead > 0) {
-			fs_buf_add(&b, orig_indent.s, orig_indent.len);
+			fstools_buf_add(&b, orig_indent.s, orig_indent.len);
 			for (size_t k = old_chars; k < new_chars; k++)
-				fs_buf_str(&b, " ");
-			fs_buf_add(&b, nl[j].s + lead, nl[j].len - lead);
+				fstools_buf_str(&b, " ");
+			fstools_buf_add(&b, nl[j].s + lead, nl[j].len - lead);
 		} else {
-			fs_buf_add(&b, nl[j].s, nl[j].len);
+			fstools_buf_add(&b, nl[j].s, nl[j].len);
 		}
 	}
 	for (size_t i = at + no; i < nc; i++) {
-		fs_buf_str(&b, "\n");
-		fs_buf_add(&b, cl[i].s, cl[i].len);
+		fstools_buf_str(&b, "\n");
+		fstools_buf_add(&b, cl[i].s, cl[i].len);
 	}
 	free(cl);
 	free(ol);
 	free(nl);
-	return fs_buf_take(&b, outlen);
+	return fstools_buf_take(&b, outlen);
 }
 
 /* Apply one edit to *content; 0, or -1 when oldText is nowhere. */
@@ -204,13 +204,13 @@ apply_edit(char **content, size_t *len, json_t *edit)
 	char *out;
 
 	if (at != NULL) {
-		struct fs_buf b = { 0 };
+		struct fstools_buf b = { 0 };
 		size_t off = (size_t)(at - *content);
 
-		fs_buf_add(&b, *content, off);
-		fs_buf_add(&b, new, nlen);
-		fs_buf_add(&b, at + olen, *len - off - olen);
-		out = fs_buf_take(&b, &outlen);
+		fstools_buf_add(&b, *content, off);
+		fstools_buf_add(&b, new, nlen);
+		fstools_buf_add(&b, at + olen, *len - off - olen);
+		out = fstools_buf_take(&b, &outlen);
 	} else {
 		out = replace_lines(*content, *len, old, olen, new, nlen,
 		    &outlen);
@@ -230,7 +230,7 @@ static char *
 fence(const char *diff, size_t *len)
 {
 	size_t ticks = 3, run = 0;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 
 	for (const char *p = diff; *p != '\0'; p++) {
 		run = *p == '`' ? run + 1 : 0;
@@ -238,25 +238,25 @@ fence(const char *diff, size_t *len)
 			ticks = run + 1;
 	}
 	for (size_t i = 0; i < ticks; i++)
-		fs_buf_str(&b, "`");
-	fs_buf_str(&b, "diff\n");
-	fs_buf_str(&b, diff);
+		fstools_buf_str(&b, "`");
+	fstools_buf_str(&b, "diff\n");
+	fstools_buf_str(&b, diff);
 	for (size_t i = 0; i < ticks; i++)
-		fs_buf_str(&b, "`");
-	fs_buf_str(&b, "\n\n");
-	return fs_buf_take(&b, len);
+		fstools_buf_str(&b, "`");
+	fstools_buf_str(&b, "\n\n");
+	return fstools_buf_take(&b, len);
 }
 
 static char *
-read_content(const struct workspace *ws, const struct fs_path *p,
+read_content(const struct workspace *ws, const struct fstools_path *p,
     size_t *len, char **msg)
 {
 	char *data, *text, *folded;
 	size_t dlen, tlen;
 
-	if (fs_read_file(ws, p, FS_READ_TEXT, &data, &dlen, msg) < 0)
+	if (fstools_read_file(ws, p, FSTOOLS_READ_TEXT, &data, &dlen, msg) < 0)
 		return NULL;
-	text = fs_utf8_decode(data, dlen, &tlen);
+	text = fstools_utf8_decode(data, dlen, &tlen);
 	folded = fold_crlf(text, tlen, len);
 	if (text != data)
 		free(text);
@@ -265,15 +265,15 @@ read_content(const struct workspace *ws, const struct fs_path *p,
 }
 
 static int
-file_mode(const struct workspace *ws, const struct fs_path *p, char **msg)
+file_mode(const struct workspace *ws, const struct fstools_path *p, char **msg)
 {
-	int fd = fs_open_msg(ws, p, O_PATH, "stat", msg);
+	int fd = fstools_open_msg(ws, p, O_PATH, "stat", msg);
 	struct stat st;
 
 	if (fd < 0)
 		return -1;
 	if (fstat(fd, &st) < 0) {
-		*msg = fs_msg_errno(errno, "stat", p->real, NULL);
+		*msg = fstools_msg_errno(errno, "stat", p->real, NULL);
 		close(fd);
 		return -1;
 	}
@@ -282,20 +282,21 @@ file_mode(const struct workspace *ws, const struct fs_path *p, char **msg)
 }
 
 json_t *
-fs_tool_edit_file(const struct workspace *ws, json_t *args)
+fstools_tool_edit_file(const struct workspace *ws, json_t *args)
 {
 	json_t *edits = json_object_get(args, "edits"), *edit;
 	int dry_run = json_is_true(json_object_get(args, "dryRun")), mode;
-	struct fs_path p;
+	struct fstools_path p;
 	char *msg = NULL, *content, *modified, *diff, *text;
 	size_t len, mlen, tlen, i;
 	json_t *result;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
 	if ((content = read_content(ws, &p, &len, &msg)) == NULL) {
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
 	modified = xmalloc(len + 1);
 	memcpy(modified, content, len + 1);
@@ -315,20 +316,21 @@ fs_tool_edit_file(const struct workspace *ws, json_t *args)
 		char *a = fold_crlf(content, len, &alen);
 		char *b = fold_crlf(modified, mlen, &blen);
 
-		diff = fs_unified_diff(p.real, a, alen, b, blen);
+		diff = fstools_unified_diff(p.real, a, alen, b, blen);
 		free(a);
 		free(b);
 		text = fence(diff, &tlen);
 		free(diff);
 		if (!dry_run && (mode = file_mode(ws, &p, &msg)) >= 0)
-			fs_replace_file(ws, &p, modified, mlen, mode, &msg);
-		result = msg == NULL ? fs_result_text(text, tlen) : NULL;
+			fstools_replace_file(ws, &p, modified, mlen, mode,
+			    &msg);
+		result = msg == NULL ? fstools_result_text(text, tlen) : NULL;
 		free(text);
 	}
 	if (msg != NULL)
-		result = fs_result_error_free(msg);
+		result = fstools_result_error_free(msg);
 	free(content);
 	free(modified);
-	fs_path_free(&p);
+	fstools_path_free(&p);
 	return result;
 }

@@ -63,8 +63,8 @@ struct alternative {
 	size_t nsegs;
 };
 
-/* Owned by its creator; fs_glob_free releases everything. */
-struct fs_glob {
+/* Owned by its creator; fstools_glob_free releases everything. */
+struct fstools_glob {
 	int negate, comment, empty;
 	struct alternative *alts;
 	size_t nalts;
@@ -488,14 +488,14 @@ parts_match(const struct alternative *a, const struct path_segs *f,
 }
 
 void
-fs_glob_strv_add(struct strv *sv, char *s)
+fstools_glob_strv_add(struct strv *sv, char *s)
 {
 	sv->v = xreallocarray(sv->v, sv->n + 1, sizeof *sv->v);
 	sv->v[sv->n++] = s;
 }
 
 void
-fs_glob_strv_free(struct strv *sv)
+fstools_glob_strv_free(struct strv *sv)
 {
 	for (size_t i = 0; i < sv->n; i++)
 		free(sv->v[i]);
@@ -516,14 +516,14 @@ compile_alternative(struct alternative *a, const char *pattern)
 	for (;;) {
 		size_t len = strcspn(p, "/");
 
-		fs_glob_strv_add(&parts, xstrndup(p, len));
+		fstools_glob_strv_add(&parts, xstrndup(p, len));
 		p += len;
 		if (*p == '\0')
 			break;
 		while (*p == '/')
 			p++;
 		if (*p == '\0') {
-			fs_glob_strv_add(&parts, xstrdup(""));
+			fstools_glob_strv_add(&parts, xstrdup(""));
 			break;
 		}
 	}
@@ -539,16 +539,16 @@ compile_alternative(struct alternative *a, const char *pattern)
 			free(kept.v[--kept.n]);
 			continue;
 		}
-		fs_glob_strv_add(&kept, xstrdup(parts.v[i]));
+		fstools_glob_strv_add(&kept, xstrdup(parts.v[i]));
 	}
 	if (kept.n == 0)
-		fs_glob_strv_add(&kept, xstrdup(""));
+		fstools_glob_strv_add(&kept, xstrdup(""));
 	a->segs = xcalloc(kept.n, sizeof *a->segs);
 	a->nsegs = kept.n;
 	for (size_t i = 0; i < kept.n && ok; i++)
 		ok = parse_segment(&a->segs[i], kept.v[i]);
-	fs_glob_strv_free(&parts);
-	fs_glob_strv_free(&kept);
+	fstools_glob_strv_free(&parts);
+	fstools_glob_strv_free(&kept);
 	return ok;
 }
 
@@ -560,10 +560,10 @@ alternative_free(struct alternative *a)
 	free(a->segs);
 }
 
-struct fs_glob *
-fs_glob_compile(const char *pattern)
+struct fstools_glob *
+fstools_glob_compile(const char *pattern)
 {
-	struct fs_glob *g = xcalloc(1, sizeof *g);
+	struct fstools_glob *g = xcalloc(1, sizeof *g);
 	struct strv set = { 0 };
 
 	if (pattern[0] == '#') {
@@ -578,7 +578,7 @@ fs_glob_compile(const char *pattern)
 		g->negate = !g->negate;
 		pattern++;
 	}
-	fs_glob_brace_expand(pattern, &set);
+	fstools_glob_brace_expand(pattern, &set);
 	g->alts = xcalloc(set.n + 1, sizeof *g->alts);
 	for (size_t i = 0; i < set.n; i++) {
 		size_t j;
@@ -592,7 +592,7 @@ fs_glob_compile(const char *pattern)
 		else
 			alternative_free(&g->alts[g->nalts]);
 	}
-	fs_glob_strv_free(&set);
+	fstools_glob_strv_free(&set);
 	return g;
 }
 
@@ -626,7 +626,7 @@ split_path(const char *p, struct path_segs *f)
 }
 
 int
-fs_glob_match(const struct fs_glob *g, const char *path)
+fstools_glob_match(const struct fstools_glob *g, const char *path)
 {
 	struct path_segs f = { 0 };
 	int hit = 0;
@@ -654,7 +654,7 @@ fs_glob_match(const struct fs_glob *g, const char *path)
 }
 
 void
-fs_glob_free(struct fs_glob *g)
+fstools_glob_free(struct fstools_glob *g)
 {
 	if (g == NULL)
 		return;

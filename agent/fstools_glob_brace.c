@@ -118,10 +118,10 @@ expand_sequence(const char *body, struct strv *out)
 	if (y < x)
 		incr = -incr;
 	for (long long i = x; incr > 0 ? i <= y : i >= y; i += incr) {
-		if (out->n >= FS_GLOB_MAX_EXPANSIONS)
+		if (out->n >= FSTOOLS_GLOB_MAX_EXPANSIONS)
 			break;
 		if (alpha) {
-			fs_glob_strv_add(out, i == '\\' ? xstrdup("") :
+			fstools_glob_strv_add(out, i == '\\' ? xstrdup("") :
 			    xasprintf("%c", (char)i));
 		} else {
 			char *num = xasprintf("%lld", i);
@@ -133,13 +133,13 @@ expand_sequence(const char *body, struct strv *out)
 
 				memset(z, '0', need);
 				z[need] = '\0';
-				fs_glob_strv_add(out, i < 0 ?
+				fstools_glob_strv_add(out, i < 0 ?
 				    xasprintf("-%s%s", z, num + 1) :
 				    xasprintf("%s%s", z, num));
 				free(z);
 				free(num);
 			} else {
-				fs_glob_strv_add(out, num);
+				fstools_glob_strv_add(out, num);
 			}
 		}
 	}
@@ -159,7 +159,7 @@ comma_parts(const char *body, struct strv *out)
 		} else if (*p == '}' && depth > 0) {
 			depth--;
 		} else if ((*p == ',' && depth == 0) || *p == '\0') {
-			fs_glob_strv_add(out, xstrndup(start,
+			fstools_glob_strv_add(out, xstrndup(start,
 			    (size_t)(p - start)));
 			if (*p == '\0')
 				break;
@@ -178,16 +178,17 @@ combine(struct strv *acc, const char *pre, size_t prelen,
 		int empty_prefix = acc->v[a][0] == '\0' && prelen == 0;
 
 		for (size_t v = 0; v < values->n; v++) {
-			if (next.n >= FS_GLOB_MAX_EXPANSIONS)
+			if (next.n >= FSTOOLS_GLOB_MAX_EXPANSIONS)
 				break;
 			if (drop_empties && empty_prefix &&
 			    values->v[v][0] == '\0')
 				continue;
-			fs_glob_strv_add(&next, xasprintf("%s%.*s%s", acc->v[a],
+			fstools_glob_strv_add(&next, xasprintf("%s%.*s%s",
+			    acc->v[a],
 			    (int)prelen, pre, values->v[v]));
 		}
 	}
-	fs_glob_strv_free(acc);
+	fstools_glob_strv_free(acc);
 	*acc = next;
 }
 
@@ -217,8 +218,8 @@ expand(const char *s, int top, struct strv *out)
 	int drop = 0, first = 1;
 	char *str = xstrdup(s);
 
-	fs_glob_strv_add(&acc, xstrdup(""));
-	fs_glob_strv_add(&empty, xstrdup(""));
+	fstools_glob_strv_add(&acc, xstrdup(""));
+	fstools_glob_strv_add(&empty, xstrdup(""));
 	for (;;) {
 		size_t open = 0, close = 0;
 		struct strv values = { 0 };
@@ -283,23 +284,23 @@ expand(const char *s, int top, struct strv *out)
 				for (size_t j = 0; j < parts_v.n; j++)
 					expand(parts_v.v[j], 0, &values);
 			}
-			fs_glob_strv_free(&parts_v);
+			fstools_glob_strv_free(&parts_v);
 		}
 		combine(&acc, str, open, &values, drop && *post == '\0');
-		fs_glob_strv_free(&values);
+		fstools_glob_strv_free(&values);
 		free(b);
 		if (*post == '\0')
 			break;
 		memmove(str, post, strlen(post) + 1);
 	}
 	for (size_t i = 0; i < acc.n; i++) {
-		if (out->n < FS_GLOB_MAX_EXPANSIONS)
-			fs_glob_strv_add(out, acc.v[i]);
+		if (out->n < FSTOOLS_GLOB_MAX_EXPANSIONS)
+			fstools_glob_strv_add(out, acc.v[i]);
 		else
 			free(acc.v[i]);
 	}
 	free(acc.v);
-	fs_glob_strv_free(&empty);
+	fstools_glob_strv_free(&empty);
 	free(str);
 }
 
@@ -322,12 +323,12 @@ has_braces(const char *p)
 }
 
 void
-fs_glob_brace_expand(const char *pattern, struct strv *out)
+fstools_glob_brace_expand(const char *pattern, struct strv *out)
 {
 	char *esc, *o;
 
 	if (!has_braces(pattern)) {
-		fs_glob_strv_add(out, xstrdup(pattern));
+		fstools_glob_strv_add(out, xstrdup(pattern));
 		return;
 	}
 	esc = xmalloc(strlen(pattern) + 3);

@@ -20,7 +20,7 @@
 #include "xmalloc.h"
 
 void
-fs_buf_add(struct fs_buf *b, const void *p, size_t n)
+fstools_buf_add(struct fstools_buf *b, const void *p, size_t n)
 {
 	if (b->len + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
@@ -37,13 +37,13 @@ fs_buf_add(struct fs_buf *b, const void *p, size_t n)
 }
 
 void
-fs_buf_str(struct fs_buf *b, const char *s)
+fstools_buf_str(struct fstools_buf *b, const char *s)
 {
-	fs_buf_add(b, s, strlen(s));
+	fstools_buf_add(b, s, strlen(s));
 }
 
 void
-fs_buf_printf(struct fs_buf *b, const char *fmt, ...)
+fstools_buf_printf(struct fstools_buf *b, const char *fmt, ...)
 {
 	va_list ap;
 	char *s;
@@ -51,17 +51,17 @@ fs_buf_printf(struct fs_buf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	s = xvasprintf(fmt, ap);
 	va_end(ap);
-	fs_buf_str(b, s);
+	fstools_buf_str(b, s);
 	free(s);
 }
 
 char *
-fs_buf_take(struct fs_buf *b, size_t *len)
+fstools_buf_take(struct fstools_buf *b, size_t *len)
 {
 	char *s;
 
 	if (b->s == NULL)
-		fs_buf_add(b, "", 0);
+		fstools_buf_add(b, "", 0);
 	s = b->s;
 	if (len != NULL)
 		*len = b->len;
@@ -70,15 +70,15 @@ fs_buf_take(struct fs_buf *b, size_t *len)
 }
 
 int
-fs_read_fd(int fd, char **data, size_t *len)
+fstools_read_fd(int fd, char **data, size_t *len)
 {
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	struct stat st;
 	size_t want = 64 * 1024;
 
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
 		want = (size_t)st.st_size + 1;
-	fs_buf_add(&b, "", 0);
+	fstools_buf_add(&b, "", 0);
 	for (;;) {
 		ssize_t n;
 
@@ -112,10 +112,10 @@ fs_read_fd(int fd, char **data, size_t *len)
 #define NODE_MAX_STRING 0x1fffffe8LL
 
 int
-fs_read_file(const struct workspace *ws, const struct fs_path *p,
-    enum fs_read_as as, char **data, size_t *len, char **msg)
+fstools_read_file(const struct workspace *ws, const struct fstools_path *p,
+    enum fstools_read_as as, char **data, size_t *len, char **msg)
 {
-	int fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg), e;
+	int fd = fstools_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg), e;
 	struct stat st;
 
 	if (fd < 0)
@@ -123,10 +123,10 @@ fs_read_file(const struct workspace *ws, const struct fs_path *p,
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		long long size = (long long)st.st_size;
 
-		if (as == FS_READ_TEXT && size > NODE_MAX_FILE)
+		if (as == FSTOOLS_READ_TEXT && size > NODE_MAX_FILE)
 			*msg = xasprintf("File size (%lld) is greater than "
 			    "2 GiB", size);
-		else if ((as == FS_READ_TEXT ? size :
+		else if ((as == FSTOOLS_READ_TEXT ? size :
 		    (size + 2) / 3 * 4) > NODE_MAX_STRING)
 			*msg = xasprintf("Cannot create a string longer than "
 			    "0x%llx characters", NODE_MAX_STRING);
@@ -135,10 +135,10 @@ fs_read_file(const struct workspace *ws, const struct fs_path *p,
 			return -1;
 		}
 	}
-	e = fs_read_fd(fd, data, len);
+	e = fstools_read_fd(fd, data, len);
 	close(fd);
 	if (e != 0) {
-		*msg = fs_msg_errno(e, "read", NULL, NULL);
+		*msg = fstools_msg_errno(e, "read", NULL, NULL);
 		return -1;
 	}
 	return 0;
@@ -205,31 +205,31 @@ utf8_valid_prefix(const unsigned char *u, size_t len)
 }
 
 char *
-fs_utf8_decode(char *s, size_t len, size_t *outlen)
+fstools_utf8_decode(char *s, size_t len, size_t *outlen)
 {
 	const unsigned char *u = (const unsigned char *)s;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	size_t i = utf8_valid_prefix(u, len), bad, n;
 
 	*outlen = len;
 	if (i == len)
 		return s;
-	fs_buf_add(&b, s, i);
+	fstools_buf_add(&b, s, i);
 	while (i < len) {
 		n = utf8_sequence(u + i, len - i, &bad);
 		if (n > 0) {
-			fs_buf_add(&b, s + i, n);
+			fstools_buf_add(&b, s + i, n);
 			i += n;
 		} else {
-			fs_buf_add(&b, "\xef\xbf\xbd", 3);
+			fstools_buf_add(&b, "\xef\xbf\xbd", 3);
 			i += bad;
 		}
 	}
-	return fs_buf_take(&b, outlen);
+	return fstools_buf_take(&b, outlen);
 }
 
 int
-fs_replace_file(const struct workspace *ws, const struct fs_path *p,
+fstools_replace_file(const struct workspace *ws, const struct fstools_path *p,
     const char *data, size_t len, int mode, char **msg)
 {
 	char hex[TOKEN_HEX_LEN], *tmp, *tmp_real;
@@ -238,9 +238,9 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 
 	token_random_hex(hex);
 	tmp_real = xasprintf("%s.%s.tmp", p->real, hex);
-	dirfd = fs_open_parent(ws, p->rel, &base);
+	dirfd = fstools_open_parent(ws, p->rel, &base);
 	if (dirfd < 0) {
-		*msg = fs_msg_errno(errno, "open", tmp_real, NULL);
+		*msg = fstools_msg_errno(errno, "open", tmp_real, NULL);
 		free(tmp_real);
 		return -1;
 	}
@@ -248,7 +248,7 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 	    O_CLOEXEC, 0666);
 	if (fd < 0) {
-		*msg = fs_msg_errno(errno, "open", tmp_real, NULL);
+		*msg = fstools_msg_errno(errno, "open", tmp_real, NULL);
 		goto out;
 	}
 	if (fdio_write_all(fd, data, len) < 0)
@@ -259,12 +259,12 @@ fs_replace_file(const struct workspace *ws, const struct fs_path *p,
 		(void)fchmod(fd, (mode_t)mode & 0777);
 	close(fd);
 	if (e != 0) {
-		*msg = fs_msg_errno(e, "write", NULL, NULL);
+		*msg = fstools_msg_errno(e, "write", NULL, NULL);
 		unlinkat(dirfd, tmp, 0);
 		goto out;
 	}
 	if (renameat(dirfd, tmp, dirfd, base) < 0) {
-		*msg = fs_msg_errno(errno, "rename", tmp_real, p->real);
+		*msg = fstools_msg_errno(errno, "rename", tmp_real, p->real);
 		unlinkat(dirfd, tmp, 0);
 		goto out;
 	}
@@ -281,7 +281,7 @@ text_item(const char *text, size_t len)
 {
 	json_t *item = json_object();
 	size_t clean_len;
-	char *clean = fs_utf8_decode((char *)text, len, &clean_len);
+	char *clean = fstools_utf8_decode((char *)text, len, &clean_len);
 
 	json_object_set_new(item, "type", json_string("text"));
 	json_object_set_new(item, "text",
@@ -292,7 +292,7 @@ text_item(const char *text, size_t len)
 }
 
 json_t *
-fs_result_text(const char *text, size_t len)
+fstools_result_text(const char *text, size_t len)
 {
 	json_t *result = json_object(), *content = json_array();
 	json_t *item = text_item(text, len), *structured = json_object();
@@ -306,7 +306,7 @@ fs_result_text(const char *text, size_t len)
 }
 
 json_t *
-fs_result_error(const char *msg)
+fstools_result_error(const char *msg)
 {
 	json_t *result = json_object(), *content = json_array();
 
@@ -317,22 +317,22 @@ fs_result_error(const char *msg)
 }
 
 json_t *
-fs_result_error_free(char *msg)
+fstools_result_error_free(char *msg)
 {
-	json_t *result = fs_result_error(msg);
+	json_t *result = fstools_result_error(msg);
 
 	free(msg);
 	return result;
 }
 
 const char *
-fs_arg_string(json_t *args, const char *key)
+fstools_arg_string(json_t *args, const char *key)
 {
 	return json_string_value(json_object_get(args, key));
 }
 
 double
-fs_arg_number(json_t *args, const char *key)
+fstools_arg_number(json_t *args, const char *key)
 {
 	return json_number_value(json_object_get(args, key));
 }

@@ -79,7 +79,7 @@ inside(const char *dir, const char *abs)
 }
 
 int
-fs_path_allowed(const struct workspace *ws, const char *abs)
+fstools_path_allowed(const struct workspace *ws, const char *abs)
 {
 	const char *dirs[2];
 	size_t n = allowed_dirs(ws, dirs);
@@ -91,7 +91,7 @@ fs_path_allowed(const struct workspace *ws, const char *abs)
 }
 
 char *
-fs_allowed_dirs(const struct workspace *ws, const char *sep)
+fstools_allowed_dirs(const struct workspace *ws, const char *sep)
 {
 	const char *dirs[2];
 	size_t n = allowed_dirs(ws, dirs);
@@ -104,7 +104,7 @@ fs_allowed_dirs(const struct workspace *ws, const char *sep)
 static char *
 msg_outside(const struct workspace *ws, const char *abs)
 {
-	char *dirs = fs_allowed_dirs(ws, ", ");
+	char *dirs = fstools_allowed_dirs(ws, ", ");
 	char *msg = xasprintf("Access denied - path outside allowed "
 	    "directories: %s not in %s", abs, dirs);
 
@@ -113,9 +113,9 @@ msg_outside(const struct workspace *ws, const char *abs)
 }
 
 char *
-fs_msg_symlink_out(const struct workspace *ws, const char *real)
+fstools_msg_symlink_out(const struct workspace *ws, const char *real)
 {
-	char *dirs = fs_allowed_dirs(ws, ", ");
+	char *dirs = fstools_allowed_dirs(ws, ", ");
 	char *msg = xasprintf("Access denied - symlink target outside allowed "
 	    "directories: %s not in %s", real, dirs);
 
@@ -167,11 +167,11 @@ static const struct {
 };
 
 char *
-fs_msg_errno(int errnum, const char *syscall, const char *path,
+fstools_msg_errno(int errnum, const char *syscall, const char *path,
     const char *dest)
 {
 	const char *code = strerrorname_np(errnum), *text = NULL;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	char buf[128];
 
 	for (size_t i = 0; i < sizeof uv_texts / sizeof uv_texts[0]; i++)
@@ -181,15 +181,16 @@ fs_msg_errno(int errnum, const char *syscall, const char *path,
 	if (text == NULL)
 		text = strerror_r(errnum, buf, sizeof buf);
 	if (code != NULL)
-		fs_buf_printf(&b, "%s: %s, %s", code, text, syscall);
+		fstools_buf_printf(&b, "%s: %s, %s", code, text, syscall);
 	else
-		fs_buf_printf(&b, "Unknown system error -%d: %s, %s", errnum,
+		fstools_buf_printf(&b, "Unknown system error -%d: %s, %s",
+		    errnum,
 		    text, syscall);
 	if (path != NULL)
-		fs_buf_printf(&b, " '%s'", path);
+		fstools_buf_printf(&b, " '%s'", path);
 	if (dest != NULL)
-		fs_buf_printf(&b, " -> '%s'", dest);
-	return fs_buf_take(&b, NULL);
+		fstools_buf_printf(&b, " -> '%s'", dest);
+	return fstools_buf_take(&b, NULL);
 }
 
 static char *
@@ -219,7 +220,7 @@ resolve_missing(const struct workspace *ws, const char *abs, char **msg)
 			dir = dirs[i];
 	cur = realpath(dir, NULL);
 	if (cur == NULL) {
-		*msg = fs_msg_errno(errno, "realpath", dir, NULL);
+		*msg = fstools_msg_errno(errno, "realpath", dir, NULL);
 		return NULL;
 	}
 	rest = abs + (strcmp(dir, "/") == 0 ? 0 : strlen(dir));
@@ -243,7 +244,7 @@ resolve_missing(const struct workspace *ws, const char *abs, char **msg)
 				free(cur);
 				return r;
 			}
-			*msg = fs_msg_errno(e, "scandir", cur, NULL);
+			*msg = fstools_msg_errno(e, "scandir", cur, NULL);
 			free(cur);
 			return NULL;
 		}
@@ -256,7 +257,8 @@ resolve_missing(const struct workspace *ws, const char *abs, char **msg)
 				    "exist: %s", parent);
 				free(parent);
 			} else {
-				*msg = fs_msg_errno(errno, "realpath", cand,
+				*msg = fstools_msg_errno(errno, "realpath",
+				    cand,
 				    NULL);
 			}
 			free(cand);
@@ -266,8 +268,8 @@ resolve_missing(const struct workspace *ws, const char *abs, char **msg)
 		free(cand);
 		free(cur);
 		cur = next;
-		if (!fs_path_allowed(ws, cur)) {
-			*msg = fs_msg_symlink_out(ws, cur);
+		if (!fstools_path_allowed(ws, cur)) {
+			*msg = fstools_msg_symlink_out(ws, cur);
 			free(cur);
 			return NULL;
 		}
@@ -300,8 +302,8 @@ windows_drive(const char *p)
 }
 
 int
-fs_path_resolve(const struct workspace *ws, const char *requested,
-    struct fs_path *p, char **msg)
+fstools_path_resolve(const struct workspace *ws, const char *requested,
+    struct fstools_path *p, char **msg)
 {
 	char *path = expand_home(requested), *real;
 	struct error err;
@@ -322,7 +324,7 @@ fs_path_resolve(const struct workspace *ws, const char *requested,
 		for (size_t i = 0; i < n && p->abs == NULL; i++) {
 			char *cand = lexical_resolve(dirs[i], path);
 
-			if (fs_path_allowed(ws, cand))
+			if (fstools_path_allowed(ws, cand))
 				p->abs = cand;
 			else
 				free(cand);
@@ -331,36 +333,36 @@ fs_path_resolve(const struct workspace *ws, const char *requested,
 			p->abs = lexical_resolve(dirs[0], path);
 	}
 	free(path);
-	if (!fs_path_allowed(ws, p->abs)) {
+	if (!fstools_path_allowed(ws, p->abs)) {
 		*msg = msg_outside(ws, p->abs);
-		fs_path_free(p);
+		fstools_path_free(p);
 		return -1;
 	}
 	real = realpath(p->abs, NULL);
 	if (real == NULL && errno == ENOENT) {
 		real = resolve_missing(ws, p->abs, msg);
 	} else if (real == NULL) {
-		*msg = fs_msg_errno(errno, "realpath", p->abs, NULL);
-	} else if (!fs_path_allowed(ws, real)) {
-		*msg = fs_msg_symlink_out(ws, real);
+		*msg = fstools_msg_errno(errno, "realpath", p->abs, NULL);
+	} else if (!fstools_path_allowed(ws, real)) {
+		*msg = fstools_msg_symlink_out(ws, real);
 		free(real);
 		real = NULL;
 	}
 	if (real == NULL) {
-		fs_path_free(p);
+		fstools_path_free(p);
 		return -1;
 	}
 	p->real = real;
 	if (path_normalize(ws, real, &p->rel, &err) < 0) {
 		*msg = msg_outside(ws, real);
-		fs_path_free(p);
+		fstools_path_free(p);
 		return -1;
 	}
 	return 0;
 }
 
 void
-fs_path_free(struct fs_path *p)
+fstools_path_free(struct fstools_path *p)
 {
 	free(p->abs);
 	free(p->real);
@@ -369,7 +371,8 @@ fs_path_free(struct fs_path *p)
 }
 
 int
-fs_open(const struct workspace *ws, const char *rel, int flags, mode_t mode)
+fstools_open(const struct workspace *ws, const char *rel, int flags,
+    mode_t mode)
 {
 	struct open_how how = {
 		.flags = (unsigned long long)(flags | O_CLOEXEC),
@@ -386,23 +389,25 @@ fs_open(const struct workspace *ws, const char *rel, int flags, mode_t mode)
 }
 
 int
-fs_open_msg(const struct workspace *ws, const struct fs_path *p, int flags,
+fstools_open_msg(const struct workspace *ws, const struct fstools_path *p,
+    int flags,
     const char *syscall, char **msg)
 {
-	int fd = fs_open(ws, p->rel, flags, 0);
+	int fd = fstools_open(ws, p->rel, flags, 0);
 
 	if (fd >= 0)
 		return fd;
 	/* Only a link swapped in since the path was checked gets here. */
 	if (errno == EXDEV || errno == ELOOP)
-		*msg = fs_msg_symlink_out(ws, p->real);
+		*msg = fstools_msg_symlink_out(ws, p->real);
 	else
-		*msg = fs_msg_errno(errno, syscall, p->real, NULL);
+		*msg = fstools_msg_errno(errno, syscall, p->real, NULL);
 	return -1;
 }
 
 int
-fs_open_parent(const struct workspace *ws, const char *rel, const char **base)
+fstools_open_parent(const struct workspace *ws, const char *rel,
+    const char **base)
 {
 	const char *slash = strrchr(rel, '/');
 	char *dir;
@@ -415,9 +420,9 @@ fs_open_parent(const struct workspace *ws, const char *rel, const char **base)
 	}
 	*base = slash != NULL ? slash + 1 : rel;
 	if (slash == NULL)
-		return fs_open(ws, "", O_PATH | O_DIRECTORY, 0);
+		return fstools_open(ws, "", O_PATH | O_DIRECTORY, 0);
 	dir = xstrndup(rel, (size_t)(slash - rel));
-	fd = fs_open(ws, dir, O_PATH | O_DIRECTORY, 0);
+	fd = fstools_open(ws, dir, O_PATH | O_DIRECTORY, 0);
 	e = errno;
 	free(dir);
 	errno = e;

@@ -18,14 +18,14 @@
 
 /* fs.readFile(path, 'utf-8'). Caller frees the text. */
 static char *
-read_text(const struct workspace *ws, const struct fs_path *p, size_t *len,
+read_text(const struct workspace *ws, const struct fstools_path *p, size_t *len,
     char **msg)
 {
 	char *data, *text;
 
-	if (fs_read_file(ws, p, FS_READ_TEXT, &data, len, msg) < 0)
+	if (fstools_read_file(ws, p, FSTOOLS_READ_TEXT, &data, len, msg) < 0)
 		return NULL;
-	text = fs_utf8_decode(data, *len, len);
+	text = fstools_utf8_decode(data, *len, len);
 	if (text != data)
 		free(data);
 	return text;
@@ -34,17 +34,17 @@ read_text(const struct workspace *ws, const struct fs_path *p, size_t *len,
 /* The first n lines, joined by "\n" without the last one's newline, as the
  * server's headFile answers; reads no further than it needs to. */
 static char *
-head_text(const struct workspace *ws, const struct fs_path *p, double n,
+head_text(const struct workspace *ws, const struct fstools_path *p, double n,
     size_t *len, char **msg)
 {
-	int fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg);
-	struct fs_buf b = { 0 };
+	int fd = fstools_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg);
+	struct fstools_buf b = { 0 };
 	size_t lines = 0, line_start = 0, end = 0;
 	char chunk[64 * 1024], *text;
 
 	if (fd < 0)
 		return NULL;
-	fs_buf_add(&b, "", 0);
+	fstools_buf_add(&b, "", 0);
 	while (n > 0) {
 		ssize_t r = read(fd, chunk, sizeof chunk);
 		int done = 0;
@@ -52,7 +52,7 @@ head_text(const struct workspace *ws, const struct fs_path *p, double n,
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			*msg = fs_msg_errno(errno, "read", NULL, NULL);
+			*msg = fstools_msg_errno(errno, "read", NULL, NULL);
 			free(b.s);
 			close(fd);
 			return NULL;
@@ -65,7 +65,7 @@ head_text(const struct workspace *ws, const struct fs_path *p, double n,
 				end = line_start - 1;
 			break;
 		}
-		fs_buf_add(&b, chunk, (size_t)r);
+		fstools_buf_add(&b, chunk, (size_t)r);
 		for (size_t i = b.len - (size_t)r; i < b.len && !done; i++) {
 			if (b.s[i] != '\n')
 				continue;
@@ -80,7 +80,7 @@ head_text(const struct workspace *ws, const struct fs_path *p, double n,
 			break;
 	}
 	close(fd);
-	text = fs_utf8_decode(b.s, end, len);
+	text = fstools_utf8_decode(b.s, end, len);
 	if (text != b.s) {
 		free(b.s);
 		return text;
@@ -125,10 +125,10 @@ pread_full(int fd, char *buf, size_t size, off_t off)
  * in, then CRLF folded and the last n lines kept. The block walk is kept
  * as is, since for fractional n it decides what comes back. */
 static char *
-tail_text(const struct workspace *ws, const struct fs_path *p, double n,
+tail_text(const struct workspace *ws, const struct fstools_path *p, double n,
     size_t *len, char **msg)
 {
-	int fd = fs_open_msg(ws, p, O_PATH, "stat", msg);
+	int fd = fstools_open_msg(ws, p, O_PATH, "stat", msg);
 	struct stat st;
 	off_t pos;
 	double newlines = 0;
@@ -138,7 +138,7 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &st) < 0) {
-		*msg = fs_msg_errno(errno, "stat", p->real, NULL);
+		*msg = fstools_msg_errno(errno, "stat", p->real, NULL);
 		close(fd);
 		return NULL;
 	}
@@ -146,7 +146,8 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 	*len = 0;
 	if (st.st_size == 0)
 		return xstrdup("");
-	if ((fd = fs_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open", msg)) < 0)
+	if ((fd = fstools_open_msg(ws, p, O_RDONLY | O_NONBLOCK, "open",
+	    msg)) < 0)
 		return NULL;
 	/* The blocks read so far sit at the end of region, growing down. */
 	pos = st.st_size;
@@ -169,7 +170,7 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 		r = pread_full(fd, region + cap - have - size, size,
 		    pos - (off_t)size);
 		if (r < 0) {
-			*msg = fs_msg_errno(errno, "read", NULL, NULL);
+			*msg = fstools_msg_errno(errno, "read", NULL, NULL);
 			free(region);
 			close(fd);
 			return NULL;
@@ -184,7 +185,7 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 				newlines++;
 	}
 	close(fd);
-	text = fs_utf8_decode(region + cap - have, have, &tlen);
+	text = fstools_utf8_decode(region + cap - have, have, &tlen);
 	if (text == region + cap - have)
 		text = xstrndup(text, tlen);
 	free(region);
@@ -214,20 +215,21 @@ tail_text(const struct workspace *ws, const struct fs_path *p, double n,
 }
 
 json_t *
-fs_tool_read_text_file(const struct workspace *ws, json_t *args)
+fstools_tool_read_text_file(const struct workspace *ws, json_t *args)
 {
-	double head = fs_arg_number(args, "head");
-	double tail = fs_arg_number(args, "tail");
-	struct fs_path p;
+	double head = fstools_arg_number(args, "head");
+	double tail = fstools_arg_number(args, "tail");
+	struct fstools_path p;
 	char *msg = NULL, *text;
 	size_t len;
 	json_t *result;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
 	if (head != 0 && tail != 0) {
-		fs_path_free(&p);
-		return fs_result_error("Cannot specify both head and tail "
+		fstools_path_free(&p);
+		return fstools_result_error("Cannot specify both head and tail "
 		    "parameters simultaneously");
 	}
 	if (tail != 0)
@@ -236,44 +238,44 @@ fs_tool_read_text_file(const struct workspace *ws, json_t *args)
 		text = head_text(ws, &p, head, &len, &msg);
 	else
 		text = read_text(ws, &p, &len, &msg);
-	fs_path_free(&p);
+	fstools_path_free(&p);
 	if (text == NULL)
-		return fs_result_error_free(msg);
-	result = fs_result_text(text, len);
+		return fstools_result_error_free(msg);
+	result = fstools_result_text(text, len);
 	free(text);
 	return result;
 }
 
 json_t *
-fs_tool_read_multiple_files(const struct workspace *ws, json_t *args)
+fstools_tool_read_multiple_files(const struct workspace *ws, json_t *args)
 {
 	json_t *paths = json_object_get(args, "paths"), *v, *result;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	size_t i;
 
 	json_array_foreach(paths, i, v) {
 		const char *name = json_string_value(v);
-		struct fs_path p;
+		struct fstools_path p;
 		char *msg = NULL, *text = NULL;
 		size_t len;
 
 		if (i > 0)
-			fs_buf_str(&b, "\n---\n");
-		if (fs_path_resolve(ws, name, &p, &msg) == 0) {
+			fstools_buf_str(&b, "\n---\n");
+		if (fstools_path_resolve(ws, name, &p, &msg) == 0) {
 			text = read_text(ws, &p, &len, &msg);
-			fs_path_free(&p);
+			fstools_path_free(&p);
 		}
 		if (text != NULL) {
-			fs_buf_printf(&b, "%s:\n", name);
-			fs_buf_add(&b, text, len);
-			fs_buf_str(&b, "\n");
+			fstools_buf_printf(&b, "%s:\n", name);
+			fstools_buf_add(&b, text, len);
+			fstools_buf_str(&b, "\n");
 			free(text);
 		} else {
-			fs_buf_printf(&b, "%s: Error - %s", name, msg);
+			fstools_buf_printf(&b, "%s: Error - %s", name, msg);
 			free(msg);
 		}
 	}
-	result = fs_result_text(b.s != NULL ? b.s : "", b.len);
+	result = fstools_result_text(b.s != NULL ? b.s : "", b.len);
 	free(b.s);
 	return result;
 }
@@ -332,32 +334,34 @@ base64(const unsigned char *s, size_t len)
 static char *
 file_url(const char *path)
 {
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 
-	fs_buf_str(&b, "file://");
+	fstools_buf_str(&b, "file://");
 	for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
 		if (*c <= 0x20 || *c >= 0x7f || strchr("\"#%<>?[\\]^`{|}~", *c))
-			fs_buf_printf(&b, "%%%02X", *c);
+			fstools_buf_printf(&b, "%%%02X", *c);
 		else
-			fs_buf_add(&b, c, 1);
+			fstools_buf_add(&b, c, 1);
 	}
-	return fs_buf_take(&b, NULL);
+	return fstools_buf_take(&b, NULL);
 }
 
 json_t *
-fs_tool_read_media_file(const struct workspace *ws, json_t *args)
+fstools_tool_read_media_file(const struct workspace *ws, json_t *args)
 {
-	struct fs_path p;
+	struct fstools_path p;
 	char *msg = NULL, *data, *b64;
 	const char *type;
 	size_t len;
 	json_t *item, *result, *content;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
-	if (fs_read_file(ws, &p, FS_READ_BASE64, &data, &len, &msg) < 0) {
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
+	if (fstools_read_file(ws, &p, FSTOOLS_READ_BASE64, &data, &len,
+	    &msg) < 0) {
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
 	b64 = base64((const unsigned char *)data, len);
 	free(data);
@@ -381,7 +385,7 @@ fs_tool_read_media_file(const struct workspace *ws, json_t *args)
 		free(url);
 	}
 	free(b64);
-	fs_path_free(&p);
+	fstools_path_free(&p);
 	content = json_array();
 	json_array_append_new(content, item);
 	result = json_object();
@@ -396,7 +400,7 @@ fs_tool_read_media_file(const struct workspace *ws, json_t *args)
  * (Coordinated Universal Time)". ICU's long zone names are only known
  * here for UTC and GMT; other zones show their abbreviation. */
 static void
-js_date(struct fs_buf *b, const char *key, time_t t)
+js_date(struct fstools_buf *b, const char *key, time_t t)
 {
 	struct tm tm;
 	char when[64], off[8];
@@ -410,55 +414,57 @@ js_date(struct fs_buf *b, const char *key, time_t t)
 		zone = "Coordinated Universal Time";
 	else if (strcmp(zone, "GMT") == 0)
 		zone = "Greenwich Mean Time";
-	fs_buf_printf(b, "%s: %s GMT%s (%s)\n", key, when, off, zone);
+	fstools_buf_printf(b, "%s: %s GMT%s (%s)\n", key, when, off, zone);
 }
 
 json_t *
-fs_tool_get_file_info(const struct workspace *ws, json_t *args)
+fstools_tool_get_file_info(const struct workspace *ws, json_t *args)
 {
-	struct fs_path p;
+	struct fstools_path p;
 	struct statx stx;
-	struct fs_buf b = { 0 };
+	struct fstools_buf b = { 0 };
 	char *msg = NULL;
 	int fd;
 	json_t *result;
 
-	if (fs_path_resolve(ws, fs_arg_string(args, "path"), &p, &msg) < 0)
-		return fs_result_error_free(msg);
-	if ((fd = fs_open_msg(ws, &p, O_PATH, "stat", &msg)) < 0) {
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+	if (fstools_path_resolve(ws, fstools_arg_string(args, "path"), &p,
+	    &msg) < 0)
+		return fstools_result_error_free(msg);
+	if ((fd = fstools_open_msg(ws, &p, O_PATH, "stat", &msg)) < 0) {
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
 	if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS | STATX_BTIME,
 	    &stx) < 0) {
-		msg = fs_msg_errno(errno, "stat", p.real, NULL);
+		msg = fstools_msg_errno(errno, "stat", p.real, NULL);
 		close(fd);
-		fs_path_free(&p);
-		return fs_result_error_free(msg);
+		fstools_path_free(&p);
+		return fstools_result_error_free(msg);
 	}
 	close(fd);
-	fs_path_free(&p);
-	fs_buf_printf(&b, "size: %llu\n", (unsigned long long)stx.stx_size);
+	fstools_path_free(&p);
+	fstools_buf_printf(&b, "size: %llu\n",
+	    (unsigned long long)stx.stx_size);
 	js_date(&b, "created", (time_t)stx.stx_btime.tv_sec);
 	js_date(&b, "modified", (time_t)stx.stx_mtime.tv_sec);
 	js_date(&b, "accessed", (time_t)stx.stx_atime.tv_sec);
-	fs_buf_printf(&b, "isDirectory: %s\nisFile: %s\npermissions: %03o",
+	fstools_buf_printf(&b, "isDirectory: %s\nisFile: %s\npermissions: %03o",
 	    S_ISDIR(stx.stx_mode) ? "true" : "false",
 	    S_ISREG(stx.stx_mode) ? "true" : "false", stx.stx_mode & 0777);
-	result = fs_result_text(b.s, b.len);
+	result = fstools_result_text(b.s, b.len);
 	free(b.s);
 	return result;
 }
 
 json_t *
-fs_tool_list_allowed_directories(const struct workspace *ws, json_t *args)
+fstools_tool_list_allowed_directories(const struct workspace *ws, json_t *args)
 {
-	char *dirs = fs_allowed_dirs(ws, "\n"), *text;
+	char *dirs = fstools_allowed_dirs(ws, "\n"), *text;
 	json_t *result;
 
 	(void)args;
 	text = xasprintf("Allowed directories:\n%s", dirs);
-	result = fs_result_text(text, strlen(text));
+	result = fstools_result_text(text, strlen(text));
 	free(dirs);
 	free(text);
 	return result;

@@ -33,7 +33,7 @@
 
 #include "files_staged.h"
 #include "gitops_internal.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "work_queue.h"
 #include "xmalloc.h"
@@ -473,7 +473,7 @@ gitops_route_commit(struct http_request *req, void *arg)
 
 	body = body_object(req, &err);
 	if (body == NULL ||
-	    json_get_string(body, "commit_message", 0, &message, &err) < 0) {
+	    jsonx_get_string(body, "commit_message", 0, &message, &err) < 0) {
 		json_decref(body);
 		http_reply_err(req, &err);
 		return;
@@ -494,8 +494,8 @@ gitops_route_diff(struct http_request *req, void *arg)
 
 	body = body_object(req, &err);
 	if (body == NULL ||
-	    json_get_string(body, "commit_a", 0, &a, &err) < 0 ||
-	    json_get_string(body, "commit_b", 0, &b, &err) < 0) {
+	    jsonx_get_string(body, "commit_a", 0, &a, &err) < 0 ||
+	    jsonx_get_string(body, "commit_b", 0, &b, &err) < 0) {
 		json_decref(body);
 		http_reply_err(req, &err);
 		return;

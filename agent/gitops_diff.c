@@ -13,7 +13,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -49,7 +49,7 @@ gitops_append_string(struct evbuffer *out, const char *s, size_t len)
 		s = clean;
 	}
 	evbuffer_add(out, "\"", 1);
-	json_escape_append(out, s, len);
+	jsonx_escape_append(out, s, len);
 	evbuffer_add(out, "\"", 1);
 	free(clean);
 }

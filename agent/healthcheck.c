@@ -152,11 +152,11 @@ healthcheck_run(const struct config_list *listen, const char *token)
 	const struct config_list *addrs = listen;
 	int ok = 0;
 
-	if (addrs->n == 0) {
+	/* No --listen given to this command: PID 1's, else the default. */
+	if (listen->defaulted) {
 		pid1_listen(&found);
-		if (found.n == 0)
-			config_list_add(&found, "127.0.0.1:8000");
-		addrs = &found;
+		if (found.n > 0)
+			addrs = &found;
 	}
 	for (size_t i = 0; i < addrs->n && !ok; i++)
 		ok = probe(addrs->v[i], token != NULL && *token ? token : NULL);

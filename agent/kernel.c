@@ -67,8 +67,8 @@ kernel_new(struct agent *agent, enum kernel_mode mode, const char *cwd,
 	k->keep_running = keep_running;
 	TAILQ_INIT(&k->queue);
 	TAILQ_INIT(&k->waiters);
-	kstream_init(&k->out[1]);
-	kstream_init(&k->out[2]);
+	kernel_stream_init(&k->out[1]);
+	kernel_stream_init(&k->out[2]);
 	k->timer = evtimer_new(agent->base, timer_cb, k);
 	k->eof_timer = evtimer_new(agent->base, eof_cb, k);
 	return k;
@@ -93,7 +93,7 @@ output_cb(struct spawn *sp, int stream, const char *data, size_t len,
 	int hit;
 
 	(void)sp;
-	hit = kstream_feed(&k->out[stream], k->state == KERNEL_BUSY,
+	hit = kernel_stream_feed(&k->out[stream], k->state == KERNEL_BUSY,
 	    k->marker, data, len, k->agent->cfg.output_cap);
 	if (k->state == KERNEL_BUSY)
 		kernel_cell_output(k, stream);
@@ -130,8 +130,8 @@ stop(struct kernel *k)
 	}
 	evtimer_del(k->timer);
 	evtimer_del(k->eof_timer);
-	kstream_reset(&k->out[1]);
-	kstream_reset(&k->out[2]);
+	kernel_stream_reset(&k->out[1]);
+	kernel_stream_reset(&k->out[2]);
 	k->state = KERNEL_STOPPED;
 }
 
@@ -196,13 +196,13 @@ ready(struct kernel *k, json_t *msg)
 	    (int)spawn_pid(k->sp), py ? py : "?", ipy ? ipy : "?");
 	for (int s = 1; s <= 2; s++) {
 		if (evbuffer_get_length(k->out[s].buf) > 0) {
-			char *text = kstream_tail(&k->out[s], 500);
+			char *text = kernel_stream_tail(&k->out[s], 500);
 
 			log_warn("the IPython kernel wrote to %s as it started: "
 			    "%s", s == 1 ? "stdout" : "stderr", text);
 			free(text);
 		}
-		kstream_reset(&k->out[s]);
+		kernel_stream_reset(&k->out[s]);
 	}
 	k->state = KERNEL_IDLE;
 	notify_waiters(k, NULL);
@@ -219,7 +219,7 @@ ctl_read_cb(struct bufferevent *bev, void *arg)
 	int rc;
 
 	while (k->ctl == bev && k->lost == NULL &&
-	    (rc = kstream_read_frame(in, &msg, &why)) != 0) {
+	    (rc = kernel_stream_read_frame(in, &msg, &why)) != 0) {
 		if (rc < 0) {
 			kernel_lose(k, why);
 			return;
@@ -294,7 +294,7 @@ exit_cb(struct spawn *sp, int status, void *arg)
 	describe_status(status, k->lost, how, sizeof how);
 	switch (k->state) {
 	case KERNEL_STARTING:
-		detail = kstream_tail(&k->out[evbuffer_get_length(
+		detail = kernel_stream_tail(&k->out[evbuffer_get_length(
 		    k->out[2].buf) > 0 ? 2 : 1], 600);
 		error_set(&err, 503, "the IPython kernel could not start: it "
 		    "%s%s%s", how, detail[0] != '\0' ? ": " : "", detail);
@@ -540,8 +540,8 @@ kernel_free(struct kernel *k, const char *why, const struct error *err)
 	kernel_fail_queue(k, err);
 	event_free(k->timer);
 	event_free(k->eof_timer);
-	kstream_free(&k->out[1]);
-	kstream_free(&k->out[2]);
+	kernel_stream_free(&k->out[1]);
+	kernel_stream_free(&k->out[2]);
 	free(k->next_note);
 	free(k->cwd);
 	free(k);

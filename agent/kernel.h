@@ -1,7 +1,7 @@
 /*
  * IPython kernels (kernel.c): supervised Python children, each with its own
  * state, that run cells one at a time in the order they came. The agent
- * has one for run_ipython_cell (agent->kernel, ipython.c); the code
+ * has one for run_ipython_cell (agent->kernel, kernel_ipython.c); the code
  * interpreter one per context (ci_*.c).
  *
  * A kernel speaks one of two dialects, chosen when it is made:

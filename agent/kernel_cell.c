@@ -43,10 +43,10 @@ kernel_finish_cell(struct kernel *k, enum kernel_end end, const char *fmt,
 	if (cell->paused)
 		kernel_set_reading(k, 1);
 	res->end = end;
-	res->out = kstream_take(&k->out[1], "stdout", cap);
-	res->errout = kstream_take(&k->out[2], "stderr", cap);
+	res->out = kernel_stream_take(&k->out[1], "stdout", cap);
+	res->errout = kernel_stream_take(&k->out[2], "stderr", cap);
 	if (k->next_note != NULL && !cell->abandoned) {
-		kstream_note(res->errout, k->next_note);
+		kernel_stream_note(res->errout, k->next_note);
 		free(k->next_note);
 		k->next_note = NULL;
 	}
@@ -60,7 +60,7 @@ kernel_finish_cell(struct kernel *k, enum kernel_end end, const char *fmt,
 			res->note = text;
 		} else {
 			bracketed = xasprintf("[%s]", text);
-			kstream_note(res->errout, bracketed);
+			kernel_stream_note(res->errout, bracketed);
 			free(bracketed);
 			free(text);
 		}
@@ -252,13 +252,13 @@ kernel_kick(struct kernel *k)
 	if (k->mode == KERNEL_E2B)
 		msg = json_pack("{s:O, s:s, s:O?, s:{s:i, s:i}}", "code",
 		    cell->code, "marker", k->marker, "env", cell->env,
-		    "limits", "bytes", KSTREAM_FRAME_MAX - KERNEL_FRAME_SLACK,
-		    "values", KSTREAM_FRAME_VALUES - 64);
+		    "limits", "bytes", KERNEL_STREAM_FRAME_MAX - KERNEL_FRAME_SLACK,
+		    "values", KERNEL_STREAM_FRAME_VALUES - 64);
 	else
 		msg = json_pack("{s:O, s:s, s:{s:i, s:i}}", "code", cell->code,
 		    "marker", k->marker, "images_limit", "count",
 		    KERNEL_IMAGES_MAX, "bytes",
-		    KSTREAM_FRAME_MAX - KERNEL_FRAME_SLACK);
+		    KERNEL_STREAM_FRAME_MAX - KERNEL_FRAME_SLACK);
 	write_frame(k, msg);
 	json_decref(msg);
 	if (cell->timeout > 0)

@@ -13,7 +13,7 @@
 #include "kernel_stream.h"
 
 #define KERNEL_GRACE_SECONDS 2		/* from SIGINT to SIGKILL */
-/* Images a cell may send back; with KSTREAM_FRAME_MAX, all the agent
+/* Images a cell may send back; with KERNEL_STREAM_FRAME_MAX, all the agent
  * keeps of a cell besides its two output streams (--output-cap each). */
 #define KERNEL_IMAGES_MAX 64
 /* Room the kernel leaves in a frame for what is not image data. */

@@ -13,7 +13,7 @@
 #define CHUNK_MAX (64 * 1024)	/* spawn reads at most this at a time */
 
 void
-kstream_init(struct kernel_stream *ks)
+kernel_stream_init(struct kernel_stream *ks)
 {
 	memset(ks, 0, sizeof *ks);
 	ks->buf = evbuffer_new();
@@ -46,7 +46,7 @@ marker_start(const char *s, size_t len, const char *marker)
 }
 
 int
-kstream_feed(struct kernel_stream *ks, int busy, const char *marker,
+kernel_stream_feed(struct kernel_stream *ks, int busy, const char *marker,
     const char *data, size_t len, size_t cap)
 {
 	char stackbuf[CHUNK_MAX + MARKER_LEN], *joined = stackbuf;
@@ -88,7 +88,7 @@ kstream_feed(struct kernel_stream *ks, int busy, const char *marker,
 }
 
 void
-kstream_note(struct evbuffer *buf, const char *text)
+kernel_stream_note(struct evbuffer *buf, const char *text)
 {
 	size_t len = evbuffer_get_length(buf);
 	struct evbuffer_ptr at;
@@ -104,7 +104,7 @@ kstream_note(struct evbuffer *buf, const char *text)
 }
 
 struct evbuffer *
-kstream_take(struct kernel_stream *ks, const char *name, size_t cap)
+kernel_stream_take(struct kernel_stream *ks, const char *name, size_t cap)
 {
 	struct evbuffer *out = ks->buf;
 
@@ -116,7 +116,7 @@ kstream_take(struct kernel_stream *ks, const char *name, size_t cap)
 		    "%zu-byte limit were dropped]", name,
 		    (unsigned long long)ks->dropped, cap);
 
-		kstream_note(out, text);
+		kernel_stream_note(out, text);
 		free(text);
 	}
 	ks->buf = ks->spill;
@@ -129,7 +129,7 @@ kstream_take(struct kernel_stream *ks, const char *name, size_t cap)
 }
 
 void
-kstream_reset(struct kernel_stream *ks)
+kernel_stream_reset(struct kernel_stream *ks)
 {
 	evbuffer_drain(ks->buf, evbuffer_get_length(ks->buf));
 	evbuffer_drain(ks->spill, evbuffer_get_length(ks->spill));
@@ -139,14 +139,14 @@ kstream_reset(struct kernel_stream *ks)
 }
 
 void
-kstream_free(struct kernel_stream *ks)
+kernel_stream_free(struct kernel_stream *ks)
 {
 	evbuffer_free(ks->buf);
 	evbuffer_free(ks->spill);
 }
 
 char *
-kstream_tail(struct kernel_stream *ks, size_t max)
+kernel_stream_tail(struct kernel_stream *ks, size_t max)
 {
 	size_t len = evbuffer_get_length(ks->buf), n = len < max ? len : max;
 	char *raw = xmalloc(n + 1), *text;
@@ -194,11 +194,11 @@ frame_read_cb(void *buf, size_t size, void *arg)
 		    p[i] == '[' || p[i] == '{'))
 			r->values++;
 	}
-	return r->values > KSTREAM_FRAME_VALUES ? (size_t)-1 : (size_t)n;
+	return r->values > KERNEL_STREAM_FRAME_VALUES ? (size_t)-1 : (size_t)n;
 }
 
 int
-kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
+kernel_stream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
 {
 	struct frame_reader r = { in, 0, 1, 0, 0 };
 	unsigned char head[4];
@@ -209,7 +209,7 @@ kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
 		return 0;
 	r.left = (size_t)head[0] << 24 | (size_t)head[1] << 16 |
 	    (size_t)head[2] << 8 | head[3];
-	if (r.left > KSTREAM_FRAME_MAX) {
+	if (r.left > KERNEL_STREAM_FRAME_MAX) {
 		*why = "sent a control frame over 16 MiB on fd 3";
 		return -1;
 	}
@@ -217,7 +217,7 @@ kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why)
 		return 0;
 	evbuffer_drain(in, sizeof head);
 	*msg = json_load_callback(frame_read_cb, &r, 0, &jerr);
-	if (r.values > KSTREAM_FRAME_VALUES) {
+	if (r.values > KERNEL_STREAM_FRAME_VALUES) {
 		*why = "sent a control frame of over 65536 JSON values on fd 3";
 	} else if (!json_is_object(*msg) || r.left > 0) {
 		*why = "sent a malformed control frame on fd 3";

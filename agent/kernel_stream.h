@@ -20,8 +20,8 @@
  * some 50 bytes, where the text "1," is 2: a frame of small values must
  * not cost 25 times its size; 65536 of them, a result's JSON or a
  * DataFrame's columns, cost some 4 MiB). */
-#define KSTREAM_FRAME_MAX (16u * 1024 * 1024)
-#define KSTREAM_FRAME_VALUES 65536
+#define KERNEL_STREAM_FRAME_MAX (16u * 1024 * 1024)
+#define KERNEL_STREAM_FRAME_VALUES 65536
 
 struct evbuffer;
 
@@ -30,7 +30,8 @@ struct evbuffer;
  * protocol, with *why (a static string). A frame too long is refused by
  * its header, one of too many values while it is parsed: neither costs
  * more than its bytes. */
-int kstream_read_frame(struct evbuffer *in, json_t **msg, const char **why);
+int kernel_stream_read_frame(struct evbuffer *in, json_t **msg,
+    const char **why);
 
 /* Embedded in struct kernel; its buffers live as long as it. */
 struct kernel_stream {
@@ -43,22 +44,22 @@ struct kernel_stream {
 	int marked;		/* the running cell's marker came */
 };
 
-void kstream_init(struct kernel_stream *ks);
+void kernel_stream_init(struct kernel_stream *ks);
 /* Output read from the kernel; busy: a cell is running, so look for its
  * marker. Each cell keeps at most cap bytes. 1 when the marker came now. */
-int kstream_feed(struct kernel_stream *ks, int busy, const char *marker,
+int kernel_stream_feed(struct kernel_stream *ks, int busy, const char *marker,
     const char *data, size_t len, size_t cap);
 /* The running cell's output, with a note if some was dropped; the stream
  * moves on to the next cell. The caller owns the buffer. */
-struct evbuffer *kstream_take(struct kernel_stream *ks, const char *name,
+struct evbuffer *kernel_stream_take(struct kernel_stream *ks, const char *name,
     size_t cap);
 /* Forget everything (a new kernel). */
-void kstream_reset(struct kernel_stream *ks);
-void kstream_free(struct kernel_stream *ks);
+void kernel_stream_reset(struct kernel_stream *ks);
+void kernel_stream_free(struct kernel_stream *ks);
 /* Up to max bytes of the end of the pending output, valid UTF-8 without
  * its final newlines, for a message. Caller frees. */
-char *kstream_tail(struct kernel_stream *ks, size_t max);
+char *kernel_stream_tail(struct kernel_stream *ks, size_t max);
 /* Append text to buf on a line of its own. */
-void kstream_note(struct evbuffer *buf, const char *text);
+void kernel_stream_note(struct evbuffer *buf, const char *text);
 
 #endif

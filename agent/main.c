@@ -34,87 +34,7 @@
 
 extern char **environ;
 
-static const char synopsis[] =
-    "usage: sandbox-agent [--listen ADDR]... [--workspace DIR] "
-    "[--mcp-config FILE] [options]\n"
-    "\n"
-    "The in-sandbox agent: serves shell commands, workspace files, git,\n"
-    "IPython and MCP tools over HTTP at /X and /fastapi/X. ADDR is HOST:PORT\n"
-    "or unix:/path/to.sock (default 0.0.0.0:8000). Every request needs\n"
-    "'Authorization: Bearer $SECRET_TOKEN'.";
-
 static struct agent agent;
-static char *token_env;
-static int healthcheck;
-
-static const struct config_option options[] = {
-	{ "--listen", NULL, CONFIG_LIST, &agent.cfg.listen, "ADDR",
-	    "HOST:PORT or unix:/path; repeat for several (default 0.0.0.0:8000)" },
-	{ "--workspace", "WORKSPACE_DIR", CONFIG_STRING, &agent.cfg.workspace,
-	    "DIR", "the workspace root (default /workspace)" },
-	{ "--mcp-config", "MCP_CONFIG", CONFIG_STRING, &agent.cfg.mcp_config,
-	    "FILE", "MCP servers to start, {\"mcpServers\": {...}}" },
-	{ "--tools", "AGENT_TOOLS", CONFIG_STRING, &agent.cfg.tools, "LIST",
-	    "native tool groups to offer, comma separated (filesystem, "
-	    "computer)" },
-	{ "--desktop", "AGENT_DESKTOP", CONFIG_STRING, &agent.cfg.desktop,
-	    "FILE", "start and watch the desktop (X/VNC server, window "
-	    "manager...) this JSON file describes" },
-	{ "--seccomp", NULL, CONFIG_STRING, &agent.cfg.seccomp, "on|off",
-	    "confine commands with the seccomp filter (default on)" },
-	{ "--insecure-no-token", NULL, CONFIG_FLAG, &agent.cfg.insecure_no_token,
-	    NULL, "serve without a token (development only!)" },
-	{ "--output-cap", "AGENT_OUTPUT_CAP", CONFIG_SIZE, &agent.cfg.output_cap,
-	    "SIZE", "bytes kept per stream of a command (default 16M)" },
-	{ "--max-body", "AGENT_MAX_BODY", CONFIG_SIZE, &agent.cfg.max_body,
-	    "SIZE", "largest JSON body of run_shell_command, run_ipython_cell "
-	    "and call_tool (default 32M; other routes take 1M)" },
-	{ "--max-upload", "AGENT_MAX_UPLOAD", CONFIG_SIZE, &agent.cfg.max_upload,
-	    "SIZE", "largest file upload (default 0: no limit but the disk)" },
-	{ "--timeout", "AGENT_TIMEOUT", CONFIG_DOUBLE, &agent.cfg.default_timeout,
-	    "SECONDS", "default timeout of a command (default 300)" },
-	{ "--run-as", "AGENT_RUN_AS", CONFIG_STRING, &agent.cfg.run_as,
-	    "UID:GID", "run commands as this user (when started as root; "
-	    "empty: as root)" },
-	{ "--python", "AGENT_PYTHON", CONFIG_STRING, &agent.cfg.python, "PATH",
-	    "Python interpreter of the IPython kernel (default python3)" },
-	{ "--prewarm-kernel", NULL, CONFIG_FLAG, &agent.cfg.prewarm_kernel, NULL,
-	    "start run_ipython_cell's IPython kernel at start, not on first "
-	    "use" },
-	{ "--prewarm-context", "AGENT_PREWARM_CONTEXT", CONFIG_BOOL,
-	    &agent.cfg.prewarm_context, "BOOL", "start the code interpreter's "
-	    "default context (/ci) at start, not on first use (default "
-	    "false)" },
-	{ "--max-contexts", "AGENT_MAX_CONTEXTS", CONFIG_INT,
-	    &agent.cfg.max_contexts, "N", "code interpreter contexts (each a "
-	    "Python kernel) at once, the default one included (default 16, "
-	    "1 to 256)" },
-	{ "--shell-template", "AGENT_SHELL_TEMPLATE", CONFIG_BOOL,
-	    &agent.cfg.shell_template, "BOOL", "fork each shell command from "
-	    "one bash started once, not start a bash for it (default true)" },
-	{ "--log-level", "AGENT_LOG_LEVEL", CONFIG_STRING, &agent.cfg.log_level,
-	    "LEVEL", "debug, info, warn or error (default info)" },
-	{ "--access-log", "AGENT_ACCESS_LOG", CONFIG_BOOL, &agent.cfg.access_log,
-	    "BOOL", "log one line per request (default false)" },
-	{ "--max-connections", "AGENT_MAX_CONNECTIONS", CONFIG_INT,
-	    &agent.cfg.max_connections, "N", "connections open at once; more "
-	    "get 503 (default 0: a quarter of the open-file limit, at most "
-	    "1024)" },
-	{ "--header-timeout", "AGENT_HEADER_TIMEOUT", CONFIG_DOUBLE,
-	    &agent.cfg.header_timeout, "SECONDS", "a request's whole head must "
-	    "come within this of its first byte (default 30)" },
-	{ "--body-min-rate", "AGENT_BODY_MIN_RATE", CONFIG_SIZE,
-	    &agent.cfg.body_min_rate, "SIZE", "bytes per second a request body "
-	    "must average over each window, or it is cut (default 1K; 0: none)" },
-	{ "--body-rate-window", "AGENT_BODY_RATE_WINDOW", CONFIG_DOUBLE,
-	    &agent.cfg.body_rate_window, "SECONDS", "the window of "
-	    "--body-min-rate (default 30)" },
-	{ "--healthcheck", NULL, CONFIG_FLAG, &healthcheck, NULL,
-	    "ask the running agent's /healthz and exit 0 if it answers 200 "
-	    "(the images' HEALTHCHECK)" },
-	{ NULL, "SECRET_TOKEN", CONFIG_STRING, &token_env, NULL,
-	    "the bearer token clients must present (required)" },
-};
 
 /*
  * Shutting down: no new connections, SIGTERM to every child, and up to
@@ -335,76 +255,57 @@ parse_run_as(const char *spec, struct error *err)
 	return 0;
 }
 
+/* The bearer token from SECRET_TOKEN, which commands must not see nor
+ * find in our memory; -1 without one unless --insecure-no-token. */
 static int
-setup(int argc, char **argv)
+take_token(void)
 {
-	struct http_server_config hc = { 0 };
-	const struct http_route *routes;
-	enum log_level level;
-	struct error err = { 0 };
-	int help, version;
-	size_t nroutes;
+	if (agent.cfg.token != NULL && agent.cfg.token[0] != '\0') {
+		agent.token = agent.cfg.token;
+	} else if (agent.cfg.insecure_no_token) {
+		fprintf(stderr, "\n*** sandbox-agent: WARNING: running WITHOUT a "
+		    "token (--insecure-no-token). ***\n*** Anyone who can reach "
+		    "the listen address can run any command. Development "
+		    "only. ***\n\n");
+	} else {
+		fprintf(stderr, "sandbox-agent: SECRET_TOKEN is not set; refusing "
+		    "to start without a token (use --insecure-no-token for local "
+		    "development only)\n");
+		return -1;
+	}
+	env_scrub("SECRET_TOKEN");
+	return 0;
+}
 
-	agent.cfg.output_cap = 16 * 1024 * 1024;
-	agent.cfg.max_body = 32 * 1024 * 1024;
-	agent.cfg.default_timeout = 300;
-	agent.cfg.shell_template = 1;
-	agent.cfg.max_contexts = 16;
-	agent.cfg.header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT;
-	agent.cfg.body_min_rate = HTTP_DEFAULT_BODY_MIN_RATE;
-	agent.cfg.body_rate_window = HTTP_DEFAULT_BODY_RATE_WINDOW;
-	if (config_parse(options, sizeof options / sizeof options[0], argc, argv,
-	    &help, &version, &err) < 0) {
+/* The options and what they name (the user commands run as, the tool
+ * groups, the desktop, the token): the exit status when the agent is not
+ * to serve, 2 for a bad option, -1 to go on. */
+static int
+configure(int argc, char **argv)
+{
+	struct error err = { 0 };
+	enum log_level level;
+	int help, version;
+
+	if (agent_options_load(&agent.cfg, argc, argv, &help, &version,
+	    &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
 	if (help) {
-		config_usage(stdout, synopsis, options,
-		    sizeof options / sizeof options[0]);
+		agent_options_usage(stdout);
 		return 0;
 	}
 	if (version) {
 		printf("sandbox-agent %s\n", VERSION);
 		return 0;
 	}
-	if (healthcheck)
-		return healthcheck_run(&agent.cfg.listen, token_env);
-	if (agent.cfg.log_level != NULL) {
-		if (log_parse_level(agent.cfg.log_level, &level) < 0) {
-			fprintf(stderr, "sandbox-agent: --log-level: unknown "
-			    "level '%s'\n", agent.cfg.log_level);
-			return 2;
-		}
-		log_set_level(level);
-	}
-	if (agent.cfg.workspace == NULL)
-		agent.cfg.workspace = xstrdup("/workspace");
-	if (agent.cfg.listen.n == 0)
-		config_list_add(&agent.cfg.listen, "0.0.0.0:8000");
-	if (agent.cfg.seccomp == NULL)
-		agent.cfg.seccomp = xstrdup("on");
-	if (strcmp(agent.cfg.seccomp, "on") != 0 &&
-	    strcmp(agent.cfg.seccomp, "off") != 0) {
-		fprintf(stderr, "sandbox-agent: --seccomp must be on or off\n");
-		return 2;
-	}
-	if (!(agent.cfg.default_timeout > 0)) {
-		fprintf(stderr, "sandbox-agent: --timeout must be positive\n");
-		return 2;
-	}
-	if (agent.cfg.max_contexts < 1 || agent.cfg.max_contexts > 256) {
-		fprintf(stderr, "sandbox-agent: --max-contexts must be 1 to "
-		    "256\n");
-		return 2;
-	}
-	if (agent.cfg.max_connections < 0 || !(agent.cfg.header_timeout > 0) ||
-	    !(agent.cfg.body_rate_window > 0)) {
-		fprintf(stderr, "sandbox-agent: --max-connections must be 0 or "
-		    "more, --header-timeout and --body-rate-window positive\n");
-		return 2;
-	}
-	if (agent.cfg.run_as != NULL && *agent.cfg.run_as != '\0' &&
-	    parse_run_as(agent.cfg.run_as, &err) < 0) {
+	if (agent.cfg.healthcheck)
+		return healthcheck_run(&agent.cfg.listen, agent.cfg.token);
+	log_parse_level(agent.cfg.log_level, &level);
+	log_set_level(level);
+	if (agent.cfg.run_as != NULL && parse_run_as(agent.cfg.run_as,
+	    &err) < 0) {
 		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
 		return 2;
 	}
@@ -418,63 +319,53 @@ setup(int argc, char **argv)
 		desktop_free(&agent);
 		return 2;
 	}
-	if (token_env != NULL && token_env[0] != '\0') {
-		agent.token = token_env;
-	} else if (agent.cfg.insecure_no_token) {
-		fprintf(stderr, "\n*** sandbox-agent: WARNING: running WITHOUT a "
-		    "token (--insecure-no-token). ***\n*** Anyone who can reach "
-		    "the listen address can run any command. Development "
-		    "only. ***\n\n");
-	} else {
-		fprintf(stderr, "sandbox-agent: SECRET_TOKEN is not set; refusing "
-		    "to start without a token (use --insecure-no-token for local "
-		    "development only)\n");
-		return 2;
-	}
-	/* Commands must not see the token, nor find it in our memory. */
-	env_scrub("SECRET_TOKEN");
+	return take_token() < 0 ? 2 : -1;
+}
 
+/* The workspace (made when missing), the commands' shell and environment
+ * and their seccomp program. */
+static int
+prepare_commands(struct error *err)
+{
 	if (agent.cfg.workspace[0] == '/' &&
 	    access(agent.cfg.workspace, F_OK) < 0 && errno == ENOENT &&
-	    make_workspace(agent.cfg.workspace, &err) < 0) {
-		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
-		return 1;
-	}
-	if (workspace_open(&agent.ws, agent.cfg.workspace, &err) < 0) {
-		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
-		return 1;
-	}
+	    make_workspace(agent.cfg.workspace, err) < 0)
+		return -1;
+	if (workspace_open(&agent.ws, agent.cfg.workspace, err) < 0)
+		return -1;
 	agent.shell = access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
 	agent.child_env = child_environment(agent.ws.root);
-	if (strcmp(agent.cfg.seccomp, "on") == 0) {
-		agent.confine = confine_build(&err);
-		if (agent.confine == NULL) {
-			fprintf(stderr, "sandbox-agent: %s\n", err.msg);
-			return 1;
-		}
-	} else {
+	if (strcmp(agent.cfg.seccomp, "off") == 0) {
 		log_warn("--seccomp=off: commands run without the seccomp filter");
+		return 0;
 	}
+	agent.confine = confine_build(err);
+	return agent.confine != NULL ? 0 : -1;
+}
+
+/* The loop, every service on it, and the HTTP server on each --listen. */
+static int
+serve(struct error *err)
+{
+	struct http_server_config hc = { 0 };
 
 	agent.base = event_base_new();
 	if (agent.base == NULL)
 		fatal("cannot create the event loop");
 	spawn_init(agent.base);
-	agent.io_pool = work_pool_new(agent.base, IO_THREADS, &err);
+	agent.io_pool = work_pool_new(agent.base, IO_THREADS, err);
 	if (agent.io_pool == NULL)
-		log_warn("file reads and deletes will fail: %s", err.msg);
+		log_warn("file reads and deletes will fail: %s", err->msg);
 	gitops_routes_init(&agent);
 	envd_init(&agent);
 	files_staged_sweep_start(&agent);
 	mcp_init(&agent);
 	desktop_start(&agent);
 	if (agent.cfg.prewarm_kernel)
-		ipython_prewarm(&agent);
+		kernel_ipython_prewarm(&agent);
 	ci_init(&agent);
 	shell_template_init(&agent);
-	routes = agent_routes(&nroutes);
-	hc.routes = routes;
-	hc.nroutes = nroutes;
+	hc.routes = agent_routes(&hc.nroutes);
 	hc.handler_arg = &agent;
 	hc.token = agent.token;
 	hc.auth_status = 403;
@@ -489,14 +380,29 @@ setup(int argc, char **argv)
 	hc.body_rate_window = agent.cfg.body_rate_window;
 	agent.http = http_server_new(agent.base, &hc);
 	for (size_t i = 0; i < agent.cfg.listen.n; i++) {
-		if (http_server_listen(agent.http, agent.cfg.listen.v[i], &err) < 0) {
-			fprintf(stderr, "sandbox-agent: %s\n", err.msg);
-			return 1;
-		}
+		if (http_server_listen(agent.http, agent.cfg.listen.v[i],
+		    err) < 0)
+			return -1;
 		log_info("listening on %s", agent.cfg.listen.v[i]);
 	}
 	if (agent.cfg.mcp_config != NULL)
 		mcp_load_config(&agent, agent.cfg.mcp_config);
+	return 0;
+}
+
+/* The exit status when the agent is not to serve, else -1. */
+static int
+setup(int argc, char **argv)
+{
+	struct error err = { 0 };
+	int rc = configure(argc, argv);
+
+	if (rc >= 0)
+		return rc;
+	if (prepare_commands(&err) < 0 || serve(&err) < 0) {
+		fprintf(stderr, "sandbox-agent: %s\n", err.msg);
+		return 1;
+	}
 	return -1;
 }
 

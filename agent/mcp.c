@@ -39,7 +39,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -410,9 +410,9 @@ mcp_route_add_servers(struct http_request *req, void *arg)
 	int overwrite;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_object(body, "server_configs", 1, &configs, &err) < 0 ||
-	    json_get_bool(body, "overwrite", 0, &overwrite, &err) < 0 ||
-	    json_get_object(configs, "mcpServers", 1, &servers, &err) < 0)
+	    jsonx_get_object(body, "server_configs", 1, &configs, &err) < 0 ||
+	    jsonx_get_bool(body, "overwrite", 0, &overwrite, &err) < 0 ||
+	    jsonx_get_object(configs, "mcpServers", 1, &servers, &err) < 0)
 		goto fail;
 	json_object_foreach(servers, name, cfg)
 		if (mcp_config_check(agent, name, cfg, &err) < 0)
@@ -708,9 +708,10 @@ mcp_route_call_tool(struct http_request *req, void *arg)
 	c->agent = arg;
 	c->req = req;
 	if ((c->body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(c->body, "tool_name", 1, &c->tool, &err) < 0 ||
-	    json_get_object(c->body, "arguments", 0, &c->arguments, &err) < 0 ||
-	    json_get_number(c->body, "timeout", MCP_CALL_TIMEOUT, &c->timeout,
+	    jsonx_get_string(c->body, "tool_name", 1, &c->tool, &err) < 0 ||
+	    jsonx_get_object(c->body, "arguments", 0, &c->arguments,
+	    &err) < 0 ||
+	    jsonx_get_number(c->body, "timeout", MCP_CALL_TIMEOUT, &c->timeout,
 	    &err) < 0)
 		goto fail;
 	if (c->tool[0] == '\0') {

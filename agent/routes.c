@@ -24,7 +24,7 @@
 static const struct http_route routes[] = {
 	{ GET, "/healthz", EXACT, 0, health_route, SMALL },
 	{ POST, "/tools/run_shell_command", EXACT, 0, shell_route_run, LARGE },
-	{ POST, "/tools/run_ipython_cell", EXACT, 0, ipython_route_run, LARGE },
+	{ POST, "/tools/run_ipython_cell", EXACT, 0, kernel_ipython_route_run, LARGE },
 	{ POST, "/watcher/commit_changes", EXACT, 0, gitops_route_commit, SMALL },
 	{ POST, "/watcher/generate_diff", EXACT, 0, gitops_route_diff, SMALL },
 	{ GET, "/watcher/git_logs", EXACT, 0, gitops_route_logs, SMALL },

@@ -31,7 +31,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "spawn.h"
 #include "utf8.h"
@@ -348,10 +348,10 @@ shell_route_run(struct http_request *req, void *arg)
 	int stream;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(body, "command", 1, &command, &err) < 0 ||
-	    json_get_number(body, "timeout", agent->cfg.default_timeout,
+	    jsonx_get_string(body, "command", 1, &command, &err) < 0 ||
+	    jsonx_get_number(body, "timeout", agent->cfg.default_timeout,
 	    &timeout, &err) < 0 ||
-	    json_get_bool(body, "stream", 0, &stream, &err) < 0)
+	    jsonx_get_bool(body, "stream", 0, &stream, &err) < 0)
 		goto fail;
 	if (command[strspn(command, " \t\r\n")] == '\0') {
 		error_set(&err, 400, "command is empty");

@@ -6,7 +6,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -74,12 +74,12 @@ writer_text_piece(struct result_writer *w, struct evbuffer *buf)
 	if (keep == 0)
 		keep = n;
 	if (utf8_valid(data, keep)) {
-		json_escape_append(w->tmp, data, keep);
+		jsonx_escape_append(w->tmp, data, keep);
 	} else {
 		size_t clen;
 		char *clean = utf8_sanitize(data, keep, &clen);
 
-		json_escape_append(w->tmp, clean, clen);
+		jsonx_escape_append(w->tmp, clean, clen);
 		free(clean);
 	}
 	evbuffer_drain(buf, keep);
@@ -117,7 +117,7 @@ writer_pump(struct http_request *req, void *arg)
 			writer_text_piece(w, w->bufs[w->item]);
 		} else {
 			evbuffer_add(w->tmp, "\",\"description\":\"", 17);
-			json_escape_append(w->tmp, w->descs[w->item],
+			jsonx_escape_append(w->tmp, w->descs[w->item],
 			    strlen(w->descs[w->item]));
 			evbuffer_add(w->tmp, "\"}", 2);
 			w->in_text = 0;

@@ -100,9 +100,9 @@ struct http_server_config {
  * modem does 7) for as long as the server reads it: holding a connection
  * with a trickled body then costs real bandwidth, never mere patience.
  */
-#define HTTP_DEFAULT_HEADER_TIMEOUT	30.0
+#define HTTP_DEFAULT_HEADER_TIMEOUT	30
 #define HTTP_DEFAULT_BODY_MIN_RATE	1024
-#define HTTP_DEFAULT_BODY_RATE_WINDOW	30.0
+#define HTTP_DEFAULT_BODY_RATE_WINDOW	30
 /* The default connection limit: a quarter of the soft limit of open files
  * (each connection takes one, a proxied one two, and files, pipes and
  * Docker calls need theirs), at most 1024. */

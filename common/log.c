@@ -13,11 +13,12 @@
 static const char *log_program = "?";
 static enum log_level log_level = LOG_INFO;
 
-static const char *const level_names[] = {
+const char *const log_level_names[] = {
 	[LOG_DEBUG] = "debug",
 	[LOG_INFO] = "info",
 	[LOG_WARN] = "warn",
 	[LOG_ERROR] = "error",
+	NULL,
 };
 
 void
@@ -35,8 +36,8 @@ log_set_level(enum log_level level)
 int
 log_parse_level(const char *name, enum log_level *level)
 {
-	for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
-		if (strcasecmp(name, level_names[i]) == 0) {
+	for (size_t i = 0; log_level_names[i] != NULL; i++) {
+		if (strcasecmp(name, log_level_names[i]) == 0) {
 			*level = (enum log_level)i;
 			return 0;
 		}
@@ -92,7 +93,7 @@ log_vmsg(enum log_level level, const char *fmt, va_list ap)
 	strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
 	n = snprintf(line, sizeof line, "%s.%03ldZ %s[%ld] %s: ", stamp,
 	    (long)(tv.tv_usec / 1000), log_program, (long)getpid(),
-	    level_names[level]);
+	    log_level_names[level]);
 	if (n < 0 || (size_t)n >= sizeof line)
 		n = 0;
 	vsnprintf(msg, sizeof msg, fmt, ap);

@@ -11,7 +11,10 @@ enum log_level {
 
 void log_init(const char *program);
 void log_set_level(enum log_level level);
-/* Parse "debug", "info", "warn" or "error"; -1 if none of them. */
+/* "debug", "info", "warn", "error", by level, NULL-terminated (a choice
+ * of the programs' option tables). */
+extern const char *const log_level_names[];
+/* Parse one of them; -1 if none. */
 int log_parse_level(const char *name, enum log_level *level);
 int log_enabled(enum log_level level);
 void log_msg(enum log_level level, const char *fmt, ...)

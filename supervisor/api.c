@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "xmalloc.h"
 
 int
@@ -18,14 +18,14 @@ api_parse_create(json_t *args, struct create_request *creq,
 	json_t *meta;
 
 	memset(creq, 0, sizeof *creq);
-	if (json_get_string(args, type_key, 0, &type_name, err) < 0 ||
-	    json_get_string(args, "mount_dir", 0, &creq->mount_dir, err) < 0 ||
-	    json_get_string(args, "storage_path", 0, &creq->storage_path,
+	if (jsonx_get_string(args, type_key, 0, &type_name, err) < 0 ||
+	    jsonx_get_string(args, "mount_dir", 0, &creq->mount_dir, err) < 0 ||
+	    jsonx_get_string(args, "storage_path", 0, &creq->storage_path,
 	    err) < 0 ||
-	    json_get_object(args, "environment", 0, &creq->environment,
+	    jsonx_get_object(args, "environment", 0, &creq->environment,
 	    err) < 0 ||
-	    json_get_object(args, "meta", 0, &meta, err) < 0 ||
-	    json_get_object(args, "network", 0, &creq->network, err) < 0)
+	    jsonx_get_object(args, "meta", 0, &meta, err) < 0 ||
+	    jsonx_get_object(args, "network", 0, &creq->network, err) < 0)
 		return -1;
 	if (type_name == NULL)
 		type_name = sd.cfg.pool_types.v[0];
@@ -35,7 +35,7 @@ api_parse_create(json_t *args, struct create_request *creq,
 		return -1;
 	}
 	if (meta != NULL) {
-		if (json_get_string(meta, "session_ctx_id", 0, &session,
+		if (jsonx_get_string(meta, "session_ctx_id", 0, &session,
 		    err) < 0) {
 			error_prefix(err, "meta");
 			return -1;

@@ -22,7 +22,7 @@
 #include <event2/buffer.h>
 
 #include "backend.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "shared.h"
 #include "xmalloc.h"
@@ -144,7 +144,7 @@ rpc_sandbox(struct http_request *req, const char *what, json_t *args)
 	struct sandbox *sb;
 	struct error err;
 
-	if (json_get_string(args, "identity", 1, &identity, &err) < 0) {
+	if (jsonx_get_string(args, "identity", 1, &identity, &err) < 0) {
 		api_reply_rpc_error(req, what, &err);
 		return NULL;
 	}
@@ -395,7 +395,8 @@ rpc_list_tools(struct http_request *req, const char *what, json_t *args)
 	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
 	r = rpc_new(req, what, args);
-	if (json_get_string(r->args, "tool_type", 0, &r->tool_type, &err) < 0) {
+	if (jsonx_get_string(r->args, "tool_type", 0, &r->tool_type,
+	    &err) < 0) {
 		api_reply_rpc_error(req, what, &err);
 		rpc_free(r);
 		return;
@@ -415,8 +416,8 @@ rpc_call_tool(struct http_request *req, const char *what, json_t *args)
 
 	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
-	if (json_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
-	    json_get_object(args, "arguments", 0, &arguments, &err) < 0) {
+	if (jsonx_get_string(args, "tool_name", 1, &tool, &err) < 0 ||
+	    jsonx_get_object(args, "arguments", 0, &arguments, &err) < 0) {
 		api_reply_rpc_error(req, what, &err);
 		return;
 	}
@@ -436,8 +437,8 @@ rpc_add_mcp_servers(struct http_request *req, const char *what, json_t *args)
 
 	if ((sb = rpc_callable(req, what, args)) == NULL)
 		return;
-	if (json_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
-	    json_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {
+	if (jsonx_get_object(args, "server_configs", 1, &configs, &err) < 0 ||
+	    jsonx_get_bool(args, "overwrite", 0, &overwrite, &err) < 0) {
 		api_reply_rpc_error(req, what, &err);
 		return;
 	}
@@ -455,7 +456,7 @@ rpc_get_session_mapping(struct http_request *req, const char *what,
 	struct error err;
 	json_t *names;
 
-	if (json_get_string(args, "session_ctx_id", 1, &session, &err) < 0) {
+	if (jsonx_get_string(args, "session_ctx_id", 1, &session, &err) < 0) {
 		api_reply_rpc_error(req, what, &err);
 		return;
 	}

@@ -29,7 +29,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "shared.h"
 #include "xmalloc.h"
 
@@ -313,15 +313,15 @@ route_create(struct http_request *req, const struct e2b_path *p)
 
 	if ((body = body_json(req)) == NULL)
 		return;
-	if (json_get_string(body, "templateID", 1, &tmpl, &err) < 0 ||
+	if (jsonx_get_string(body, "templateID", 1, &tmpl, &err) < 0 ||
 	    get_seconds(body, "timeout", E2B_MAX_TIMEOUT, E2B_DEFAULT_TIMEOUT,
 	    &timeout, &err) < 0 ||
 	    string_map(json_object_get(body, "metadata"), "metadata",
 	    METADATA_MAX, &err) < 0 ||
 	    string_map(env = json_object_get(body, "envVars"), "envVars",
 	    BODY_MAX, &err) < 0 ||
-	    json_get_bool(body, "autoPause", 0, &pause, &err) < 0 ||
-	    (!p->v2 && json_get_bool(body, "secure", 0, &secure, &err) < 0))
+	    jsonx_get_bool(body, "autoPause", 0, &pause, &err) < 0 ||
+	    (!p->v2 && jsonx_get_bool(body, "secure", 0, &secure, &err) < 0))
 		goto fail;
 	if ((type = api_e2b_template_type(tmpl)) == NULL) {
 		error_set(&err, 404, "template '%.200s' not found", tmpl);

@@ -23,7 +23,7 @@
 #include <event2/buffer.h>
 
 #include "egress.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -65,8 +65,8 @@ route_create(struct http_request *req, void *arg)
 	}
 	if (api_parse_create(args, &creq, json_object_get(args, "type") ?
 	    "type" : "sandbox_type", &err) < 0 ||
-	    json_get_string(args, "session_ctx_id", 0, &session, &err) < 0 ||
-	    json_get_bool(args, "pool", 1, &from_pool, &err) < 0)
+	    jsonx_get_string(args, "session_ctx_id", 0, &session, &err) < 0 ||
+	    jsonx_get_bool(args, "pool", 1, &from_pool, &err) < 0)
 		goto fail;
 	if (session != NULL)
 		creq.session = session;
@@ -385,8 +385,8 @@ wanted_types(json_t *args, struct config_list *out, struct error *err)
 	json_t *types, *tools, *v;
 	size_t i;
 
-	if (json_get_array(args, "sandbox_types", 0, &types, err) < 0 ||
-	    json_get_array(args, "tools", 0, &tools, err) < 0)
+	if (jsonx_get_array(args, "sandbox_types", 0, &types, err) < 0 ||
+	    jsonx_get_array(args, "tools", 0, &tools, err) < 0)
 		return -1;
 	json_array_foreach(types, i, v) {
 		if (!json_is_string(v) ||
@@ -427,8 +427,8 @@ route_connect(struct http_request *req, void *arg)
 		sandboxd_reply_error(req, &err);
 		return;
 	}
-	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
-	    json_get_string(args, "user_id", 0, &user_id, &err) < 0 ||
+	if (jsonx_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
+	    jsonx_get_string(args, "user_id", 0, &user_id, &err) < 0 ||
 	    wanted_types(args, &types, &err) < 0) {
 		sandboxd_reply_error(req, &err);
 		goto out;
@@ -514,8 +514,8 @@ route_session_release(struct http_request *req, void *arg)
 		sandboxd_reply_error(req, &err);
 		return;
 	}
-	if (json_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
-	    json_get_string(args, "user_id", 0, &user_id, &err) < 0) {
+	if (jsonx_get_string(args, "session_id", 1, &session_id, &err) < 0 ||
+	    jsonx_get_string(args, "user_id", 0, &user_id, &err) < 0) {
 		sandboxd_reply_error(req, &err);
 		json_decref(args);
 		return;

@@ -648,8 +648,7 @@ static int
 setup(struct crun *c, const struct sandboxd_config *cfg, struct error *err)
 {
 	char *dir = xasprintf("%s/crun", cfg->state_dir);
-	const char *store = cfg->image_store != NULL ? cfg->image_store :
-	    "/var/lib/sandboxd/images";
+	const char *store = cfg->image_store;
 	struct crun_box *box;
 	struct timeval tv = { LOG_TRIM_SECONDS, 0 };
 	int rc = -1;
@@ -723,11 +722,9 @@ backend_crun_new(struct event_base *base, const struct sandboxd_config *cfg,
 	c->bundles_fd = c->trash_fd = -1;
 	c->host.mntns_fd = -1;
 	TAILQ_INIT(&c->ops);
-	c->net.cni_path = cfg->cni_path != NULL ? cfg->cni_path :
-	    "/usr/lib/cni";
-	c->net.bridge = cfg->bridge != NULL ? cfg->bridge : "sandboxd0";
-	c->net.subnet = cfg->bridge_subnet != NULL ? cfg->bridge_subnet :
-	    "10.89.0.0/16";
+	c->net.cni_path = cfg->cni_path;
+	c->net.bridge = cfg->bridge;
+	c->net.subnet = cfg->bridge_subnet;
 	c->net.gateway = cfg->bridge_gateway;
 	if (setup(c, cfg, err) < 0) {
 		crun_free(b);

@@ -118,7 +118,7 @@ egress_dns_init(struct event_base *base, const char *servers,
 	evdns_set_log_fn(evdns_log_cb);
 	upstream = evdns_base_new(base, 0);
 	if (servers != NULL && *servers != '\0') {
-		sandboxd_split_list(servers, &l);
+		config_list_split(servers, &l);
 		for (size_t i = 0; i < l.n; i++) {
 			if (evdns_base_nameserver_ip_add(upstream, l.v[i]) != 0) {
 				error_set(err, 400, "SANDBOXD_EGRESS_DNS: '%s' is "

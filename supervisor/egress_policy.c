@@ -272,7 +272,7 @@ config_list_json(const char *text, const char *key, const char *setting,
 
 	if (text == NULL || *text == '\0')
 		return 0;
-	sandboxd_split_list(text, &l);
+	config_list_split(text, &l);
 	a = json_array();
 	for (size_t i = 0; i < l.n; i++)
 		json_array_append_new(a, json_string(l.v[i]));

@@ -337,6 +337,7 @@ setup(int argc, char **argv)
 	struct http_server_config hc = { 0 };
 	struct sockaddr_un sun;
 	struct error err = { 0 };
+	enum log_level level;
 	int help, version;
 	size_t nroutes;
 
@@ -353,14 +354,8 @@ setup(int argc, char **argv)
 		printf("sandboxd %s\n", VERSION);
 		return 0;
 	}
-	if (sd.cfg.debug)
-		log_set_level(LOG_DEBUG);
-	if (sd.cfg.log_level != NULL) {
-		enum log_level level;
-
-		log_parse_level(sd.cfg.log_level, &level);
-		log_set_level(level);
-	}
+	log_parse_level(sd.cfg.log_level, &level);
+	log_set_level(sd.cfg.debug ? LOG_DEBUG : level);
 	/* <state>/run/<16 hex>/agent.sock must fit a unix socket address. */
 	if (strlen(sd.cfg.state_dir) + 5 + 16 + 11 >= sizeof sun.sun_path) {
 		fprintf(stderr, "sandboxd: SANDBOXD_STATE_DIR: %s is too long for "

@@ -129,14 +129,8 @@ oss_config_validate(struct sandboxd_config *c, struct error *err)
 	free(folder);
 	folder = NULL;
 	enabled = 0;
-	if (c->file_system == NULL || c->file_system[0] == '\0' ||
-	    strcasecmp(c->file_system, "local") == 0)
+	if (strcmp(c->file_system, "oss") != 0)
 		return 0;
-	if (strcasecmp(c->file_system, "oss") != 0) {
-		error_set(err, 400, "FILE_SYSTEM: '%s' is neither local nor oss",
-		    c->file_system);
-		return -1;
-	}
 	if (required(c->oss_endpoint, "OSS_ENDPOINT", err) < 0 ||
 	    required(c->oss_bucket, "OSS_BUCKET_NAME", err) < 0 ||
 	    required(c->oss_access_key_id, "OSS_ACCESS_KEY_ID", err) < 0 ||
@@ -148,24 +142,11 @@ oss_config_validate(struct sandboxd_config *c, struct error *err)
 		    c->oss_bucket);
 		return -1;
 	}
-	if (c->oss_region != NULL && (c->oss_region[0] == '\0' ||
-	    strlen(c->oss_region) > 64 || strspn(c->oss_region,
-	    "abcdefghijklmnopqrstuvwxyz0123456789-_") !=
-	    strlen(c->oss_region))) {
+	if (c->oss_region[0] == '\0' || strlen(c->oss_region) > 64 ||
+	    strspn(c->oss_region, "abcdefghijklmnopqrstuvwxyz0123456789-_") !=
+	    strlen(c->oss_region)) {
 		error_set(err, 400, "OSS_REGION: '%s' is not a region name",
 		    c->oss_region);
-		return -1;
-	}
-	if (style != NULL && strcmp(style, "auto") != 0 &&
-	    strcmp(style, "path") != 0 && strcmp(style, "virtual") != 0) {
-		error_set(err, 400, "OSS_ADDRESSING_STYLE: '%s' is not auto, path "
-		    "or virtual", style);
-		return -1;
-	}
-	if (c->oss_parallel == 0)
-		c->oss_parallel = 8;
-	if (c->oss_parallel < 1 || c->oss_parallel > 64) {
-		error_set(err, 400, "OSS_PARALLEL: must be between 1 and 64");
 		return -1;
 	}
 	/* With oss, STORAGE_FOLDER is where default storage paths go in the
@@ -190,12 +171,11 @@ oss_config_validate(struct sandboxd_config *c, struct error *err)
 	free(c->storage_folder);
 	c->storage_folder = NULL;
 	s3cfg.bucket = xstrdup(c->oss_bucket);
-	s3cfg.region = xstrdup(c->oss_region != NULL ? c->oss_region :
-	    "us-east-1");
+	s3cfg.region = xstrdup(c->oss_region);
 	s3cfg.service = xstrdup("s3");
 	s3cfg.access_key = xstrdup(c->oss_access_key_id);
 	s3cfg.secret_key = xstrdup(c->oss_access_key_secret);
-	s3cfg.virtual_host = style != NULL && strcmp(style, "auto") != 0 ?
+	s3cfg.virtual_host = strcmp(style, "auto") != 0 ?
 	    strcmp(style, "virtual") == 0 : virtual_by_default(s3cfg.host);
 	parallel = c->oss_parallel;
 	enabled = 1;

@@ -6,27 +6,43 @@
  * once (defer.c); one that can fail at once instead returns the error and
  * then never calls back (lifecycle_create, pool_take_or_create).
  *
- * Files, one job each: main.c (start, signals, shutdown), config.c (options),
- * sandbox_types.c (type registry), ports.c (host port allocator), sandbox.c
- * (records), sandbox_list.c (the records' list, filtered and paged), lifecycle.c (operations: release / start / stop / pause / resume, stats),
- * lifecycle_create.c (create and the wait for an agent), workspace.c
- * (workspace directories, keep and restore), mkdirs.c (mkdir -p), state.c
- * (state file), adopt.c (re-adoption at start), pool.c (warm pools),
- * sessions.c, health.c,
- * agent_client.c (calls to agents), proxy.c (streaming proxy),
- * api_agentscope.c (the spec's RPC routes), api_rest.c (/v1 routes),
- * api_mcp.c (/mcp, sandboxd as a streamable-HTTP MCP server),
- * api.c (what both APIs share), defer.c (the callback contract),
- * api_e2b.c + api_e2b_list.c + api_e2b_router.c + api_e2b_sandbox.c
- * (E2B's API: the control routes under /e2b, its list, sandbox traffic
- * routed by header, E2B's fields of a sandbox and its timeout),
- * metrics.c, backend.h + backend.c (the seam to what runs sandboxes,
- * CONTAINER_DEPLOYMENT) + backend_docker.c + docker_api.c (Docker) +
- * backend_crun*.c + image_store.c (crun, no daemon),
- * oss.h + oss*.c + s3*.c (workspaces kept in object storage),
- * shared.c + shared_records.c + shared_mirror.c + shared_lookup.c +
- * shared_crypto.c + shared_pool.c + shared_sessions.c + shared_owners.c +
- * shared_uploads.c (several sandboxd on one Redis, REDIS_ENABLED).
+ * Files, one job each, from the floor up:
+ *   the table: sandbox.c (the records, lookup, the container model),
+ *     sandbox_list.c (the records as GET /v1/sandboxes lists them),
+ *     sandbox_types.c (the type registry);
+ *   the start: main.c (start, signals, shutdown), config.c + config_table.c
+ *     (the options and their table), state.c (the state directory and
+ *     state.json), adopt.c (our sandboxes taken back at start);
+ *   lifecycle: lifecycle.c (release / start / stop / pause / resume,
+ *     stats), lifecycle_create.c (create and the wait for an agent),
+ *     lifecycle_restore.c (a kept workspace brought back at create),
+ *     lifecycle_network.c (a sandbox's egress policy over its life),
+ *     workspace.c + mkdirs.c (host directories), ports.c (host ports);
+ *   services: pool.c (warm pools), sessions.c, health.c, metrics.c;
+ *   the way to agents: agent_client.c (calls and the RPC relay), proxy.c
+ *     (the streaming proxy);
+ *   the APIs: api.c (what they share), api_agentscope.c (the spec's RPC
+ *     routes), api_rest.c (/v1), api_mcp.c (/mcp, sandboxd as a
+ *     streamable-HTTP MCP server), api_desktop.c + desktop_relay.c +
+ *     desktop_token.c (desktops in a web browser: the page, the WebSocket
+ *     relay, the links' tokens), api_e2b.c + api_e2b_list.c +
+ *     api_e2b_router.c + api_e2b_sandbox.c + api_e2b_network.c (E2B's
+ *     control routes under /e2b, its list, sandbox traffic routed by
+ *     header, E2B's fields of a sandbox and its timeout, its network
+ *     lists), redact.c (host paths out of what clients read);
+ *   backends: backend.h + backend.c (the seam, by CONTAINER_DEPLOYMENT),
+ *     backend_docker.c + docker_api.c (Docker), backend_crun*.c +
+ *     image_store.c (crun, no daemon), rmtree.c (released directories
+ *     removed off the loop);
+ *   egress.h + egress.c + egress_policy.c + egress_rules.c + egress_nft.c
+ *     + egress_dns.c (the network policy of sandboxes with a network);
+ *   oss.h + oss*.c + s3.h + s3_client.c + s3_xml.c (workspaces kept in
+ *     object storage, FILE_SYSTEM=oss);
+ *   shared.c + shared_resolve.c + shared_records.c + shared_mirror.c +
+ *     shared_lookup.c + shared_crypto.c + shared_owners.c + shared_pool.c +
+ *     shared_sessions.c + shared_uploads.c (several sandboxd on one Redis,
+ *     REDIS_ENABLED);
+ *   defer.c (the callback contract).
  */
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
@@ -50,7 +66,7 @@ struct event_base;
 struct backend;
 struct ports;
 
-/* config.c */
+/* config.c, config_table.c (the options: flags, keys, defaults, bounds) */
 
 /* A READONLY_MOUNTS entry. */
 struct ro_mount {
@@ -58,14 +74,15 @@ struct ro_mount {
 	char *container;
 };
 
-/* The whole configuration; lives until exit (sandboxd_config_free). */
+/* The whole configuration; lives until exit (sandboxd_config_free). The
+ * option table (config_table.c) says where each option goes in it. */
 struct sandboxd_config {
 	/* Keys of the spec. */
 	char *host;
 	long port;
 	long workers;
 	int debug;
-	char *bearer_token;		/* NULL or "": no auth */
+	char *bearer_token;		/* NULL: no auth */
 	char *default_type;		/* comma list: one pool each */
 	long pool_size;
 	int auto_cleanup;
@@ -144,7 +161,7 @@ struct sandboxd_config {
 	long oss_parallel;		/* files of a workspace at once */
 	char *e2b_templates;		/* E2B template=type,... */
 
-	/* Derived by validation. */
+	/* Derived by the checks. */
 	int port_lo, port_hi;
 	struct config_list pool_types;
 	struct config_list allowed_mounts;	/* absolute, canonical */
@@ -153,16 +170,16 @@ struct sandboxd_config {
 	size_t nro_mounts;
 };
 
-/* Environment, ./.env, --config FILE, flags (later wins), then validation
- * (types must be loaded first for DEFAULT_SANDBOX_TYPE: this loads
- * --types itself). -1 with err naming the bad key. */
+/* Defaults, environment, ./.env, --config FILE, flags (later wins), then
+ * the checks a table cannot make (types must be loaded first for
+ * DEFAULT_SANDBOX_TYPE: this loads --types itself). -1 with err naming the
+ * bad key. */
 int sandboxd_config_load(struct sandboxd_config *cfg, int argc, char **argv,
     int *help, int *version, struct error *err);
-int sandboxd_config_validate(struct sandboxd_config *cfg, struct error *err);
 void sandboxd_config_usage(FILE *f);
 void sandboxd_config_free(struct sandboxd_config *cfg);
-/* Append the non-empty, trimmed parts of a comma list to out. */
-void sandboxd_split_list(const char *s, struct config_list *out);
+extern const struct config_option sandboxd_options[];
+extern const size_t sandboxd_noptions;
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
 /* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else its address

@@ -1,6 +1,6 @@
 /*
  * Shared state in Redis: what makes it trustworthy. Whoever can write
- * Redis is not trusted (see the README's security section): everything an
+ * Redis is not trusted (see SECURITY.md): everything an
  * instance reads there that steers a request (a record, a lease, a take
  * from the pool, a release request, a session's activity) carries an
  * HMAC-SHA256 made with a key derived from SANDBOXD_REDIS_SECRET, which
@@ -10,7 +10,7 @@
  * is sealed (ChaCha20-Poly1305, a random nonce, the key as associated
  * data): a reader of Redis cannot use it. One key per purpose, derived
  * with HKDF-SHA256 (salt "sandboxd-redis-v1", info "mac" and "seal").
- * The formats are those of tests/integration/redis_sign.py.
+ * The formats are those of tests/integration/helpers/redis_sign.py.
  */
 #include "sandboxd.h"
 

@@ -15,7 +15,7 @@
 #include <event2/event.h>
 
 #include "harness.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "multipart.h"
 #include "xmalloc.h"
 
@@ -38,7 +38,7 @@ json_route(struct http_request *req, void *arg)
 		http_reply_err(req, &err);
 		return;
 	}
-	if (json_get_string(body, "s", 0, &s, &err) < 0) {
+	if (jsonx_get_string(body, "s", 0, &s, &err) < 0) {
 		json_decref(body);
 		http_reply_err(req, &err);
 		return;

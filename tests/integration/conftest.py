@@ -9,12 +9,17 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
 import requests
 
+# The tests' own servers and clients (tests/integration/helpers/),
+# imported by name.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "helpers"))
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # SANDBOX_AGENT_BIN: another build of the agent (make integration-asan).
 AGENT_BIN = os.environ.get("SANDBOX_AGENT_BIN") or os.path.join(ROOT, "agent", "sandbox-agent")

@@ -25,7 +25,7 @@ from test_agent_computer import (USER, Desktop, StartingAgent,  # noqa: F401
 
 NODE = "/usr/bin/node"
 NOVNC = os.path.join(ROOT, "tests", "node_modules", "@novnc", "novnc")
-VIEW = os.path.join(ROOT, "tests", "integration", "desktop_view.mjs")
+VIEW = os.path.join(ROOT, "tests", "integration", "helpers", "desktop_view.mjs")
 SHOTS = os.path.join(ROOT, "build", "test-screenshots")
 
 

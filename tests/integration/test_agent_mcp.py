@@ -17,7 +17,7 @@ NODE = "/usr/bin/node"
 MODULES = os.path.join(ROOT, "tests", "node_modules", "@modelcontextprotocol")
 EVERYTHING = os.path.join(MODULES, "server-everything", "dist", "index.js")
 FILESYSTEM = os.path.join(MODULES, "server-filesystem", "dist", "index.js")
-PEER = os.path.join(os.path.dirname(__file__), "scripted_mcp_peer.py")
+PEER = os.path.join(os.path.dirname(__file__), "helpers", "scripted_mcp_peer.py")
 
 
 def everything(**extra):

@@ -23,9 +23,27 @@ def test_healthz_needs_token(agent):
 
 
 def test_session_headers_are_ignored(agent):
-    r = agent.get("/fastapi/healthz", headers={
-        "x-agentscope-runtime-session-id": "s1", "x-agentrun-session-id": "s2"})
-    assert r.status_code == 200
+    """The SDK sends its session headers with every call (spec: accept and
+    ignore them): the routes that keep state take them and keep one state
+    whatever session they name, one workspace and one IPython kernel, and
+    a command's environment has no trace of them."""
+    def session(n):
+        return {"x-agentscope-runtime-session-id": f"sess-runtime-{n}",
+                "x-agentrun-session-id": f"sess-agentrun-{n}"}
+
+    r = agent.post("/fastapi/tools/run_shell_command",
+                   {"command": "echo one > mark; env"}, headers=session(1))
+    assert r.status_code == 200, r.text
+    assert "sess-" not in result_texts(r.json())["stdout"]
+    r = agent.post("/tools/run_shell_command", {"command": "cat mark"},
+                   headers=session(2))
+    assert result_texts(r.json())["stdout"] == "one\n"
+    r = agent.post("/fastapi/tools/run_ipython_cell", {"code": "x = 41"},
+                   headers=session(1))
+    assert r.status_code == 200, r.text
+    r = agent.post("/tools/run_ipython_cell", {"code": "print(x + 1)"},
+                   headers=session(2))
+    assert result_texts(r.json())["stdout"] == "42\n"
 
 
 def test_refuses_to_start_without_token(tmp_workspace):

@@ -48,7 +48,7 @@ def probe_dir(tmp_path_factory):
     """crun_probe, static, in a directory every sandbox mounts read-only."""
     d = tmp_path_factory.mktemp("probe")
     subprocess.run(["cc", "-static", "-O1", "-o", str(d / "crun_probe"),
-                    os.path.join(ROOT, "tests", "integration",
+                    os.path.join(ROOT, "tests", "integration", "helpers",
                                  "crun_probe.c")], check=True)
     os.chmod(d, 0o755)
     return str(d)

@@ -226,7 +226,7 @@ def test_viewers_come_and_go_and_leave_nothing_open(web_desktop):
     assert a.get("/healthz").status_code == 200
 
 
-RFB_SERVER = os.path.join(ROOT, "tests", "integration", "rfb_server.py")
+RFB_SERVER = os.path.join(ROOT, "tests", "integration", "helpers", "rfb_server.py")
 
 
 @pytest.mark.parametrize("answer", ["ok", "huge_rect", "bad_encoding",

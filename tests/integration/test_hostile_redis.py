@@ -6,7 +6,7 @@ record said again, a release request, a pool entry, a session's activity.
 None of it may steer a request, release a sandbox or hand one out; tokens
 are not readable there. The tests play that writer with redis-cli (and,
 where they need a record that is signed but says what its owner cannot
-publish, with the secret: tests/integration/redis_sign.py), against two
+publish, with the secret: tests/integration/helpers/redis_sign.py), against two
 real sandboxd on a real redis-server and dockerd. Where a request could go
 to a socket of the test's, the test listens there and asserts nothing
 came.

@@ -216,6 +216,18 @@ def test_base_has_bash_python_ipython_pip_venv_and_git(sandbox):
     assert s.out("git --version").startswith("git version 2.")
 
 
+def test_base_login_shell_sets_path_without_running_id(sandbox):
+    # E2B's commands are `bash -l -c`: /etc/profile must take bash's $EUID
+    # rather than run id (with no id on the PATH, it would print "id: not
+    # found" and fail its test), and give the PATH dash's login shell
+    # (which still asks id) gives.
+    s = sandbox("base")
+    user_path = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"
+    assert s.out("env PATH=/nonexistent /bin/bash -l -c "
+                 "'echo \"$PATH\"' 2>&1") == user_path + "\n"
+    assert s.out("sh -l -c 'echo \"$PATH\"' 2>&1") == user_path + "\n"
+
+
 def test_base_workspace_is_a_git_repository_the_user_commits_to(sandbox):
     s = sandbox("base")
     assert s.out("git rev-parse --is-inside-work-tree") == "true\n"

@@ -22,7 +22,7 @@ from sandboxd_fixtures import (Sandboxd, base_tag, docker,  # noqa: F401
 from test_sandboxd_redis import redis, redis_env  # noqa: F401
 
 NODE = "/usr/bin/node"
-CLIENT = os.path.join(os.path.dirname(__file__), "e2b_client.mjs")
+CLIENT = os.path.join(os.path.dirname(__file__), "helpers", "e2b_client.mjs")
 KEY = "e2b_" + "0123456789abcdef0123456789abcdef01234567"
 ENVD = "49983"
 CI = "49999"

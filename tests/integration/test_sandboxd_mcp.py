@@ -16,7 +16,7 @@ from sandboxd_fixtures import (base_tag, filesystem_tag,  # noqa: F401
                                minimal_tag, start_sandboxd, wait_until)
 
 NODE = "/usr/bin/node"
-CLIENT = os.path.join(os.path.dirname(__file__), "sandboxd_mcp_client.mjs")
+CLIENT = os.path.join(os.path.dirname(__file__), "helpers", "sandboxd_mcp_client.mjs")
 ACCEPT = "application/json, text/event-stream"
 
 

@@ -631,7 +631,7 @@ def test_unknown_redis_host_stops_start_up(scratch, minimal_tag):
                                "Redis at no-such-host.invalid:6379"), p.stderr
 
 
-DNS_STUB = os.path.join(os.path.dirname(__file__), "dns_stub.py")
+DNS_STUB = os.path.join(os.path.dirname(__file__), "helpers", "dns_stub.py")
 
 # Polls url/health every 50 ms for the given seconds from inside the
 # namespace; prints the slowest answer's seconds (a failure counts as

@@ -1,4 +1,4 @@
-"""Our /v1 REST routes, as the README shows them with curl."""
+"""Our /v1 REST routes, as supervisor/README.md shows them with curl."""
 import requests
 
 from sandboxd_fixtures import minimal_tag, start_sandboxd, wait_until  # noqa: F401
@@ -28,8 +28,13 @@ def test_sandbox_crud_and_agent_proxy(start_sandboxd):
     assert names[name] == "running" and names[other] == "running"
     assert s.get("/v1/sandboxes", params={"session_ctx_id": "rest-1"}).json()[
         "sandboxes"][0]["container_name"] == name
-    assert all(x["state"] == "warm" for x in s.get(
-        "/v1/sandboxes", params={"state": "warm"}).json()["sandboxes"])
+    # The pool made a warm one in place of the one taken: listed alone.
+    wait_until(lambda: s.metrics()['sandboxd_pool_ready{type="minimal"}'] == 1,
+               60, what="pool refilled")
+    warm = s.get("/v1/sandboxes", params={"state": "warm"}).json()
+    assert warm["total"] == 1
+    assert [x["state"] for x in warm["sandboxes"]] == ["warm"]
+    assert warm["sandboxes"][0]["container_name"] not in (name, other)
 
     r = s.get(f"/v1/sandboxes/{name}")
     assert r.status_code == 200

@@ -25,15 +25,23 @@ struct settings {
 
 static struct settings s;
 
+#define OFF(field)	offsetof(struct settings, field)
+
 static const struct config_option options[] = {
-	{ "--name", "UNITCFG_NAME", CONFIG_STRING, &s.name, "NAME", "a name" },
-	{ "--add", NULL, CONFIG_LIST, &s.add, "ITEM", "repeatable" },
-	{ "--count", "UNITCFG_COUNT", CONFIG_INT, &s.count, "N", "a count" },
-	{ "--size", "UNITCFG_SIZE", CONFIG_SIZE, &s.size, "SIZE", "a size" },
-	{ "--ratio", NULL, CONFIG_DOUBLE, &s.ratio, "X", "a ratio" },
-	{ "--enable", "UNITCFG_ENABLE", CONFIG_BOOL, &s.enable, "BOOL", "a bool" },
-	{ "--verbose", "UNITCFG_VERBOSE", CONFIG_FLAG, &s.verbose, NULL, "a flag" },
-	{ NULL, "UNITCFG_SECRET", CONFIG_STRING, &s.secret, NULL, "env only" },
+	{ "--name", "UNITCFG_NAME", CONFIG_STRING, OFF(name), "NAME",
+	    .help = "a name" },
+	{ "--add", NULL, CONFIG_LIST, OFF(add), "ITEM", .help = "repeatable" },
+	{ "--count", "UNITCFG_COUNT", CONFIG_INT, OFF(count), "N",
+	    .help = "a count" },
+	{ "--size", "UNITCFG_SIZE", CONFIG_SIZE, OFF(size), "SIZE",
+	    .help = "a size" },
+	{ "--ratio", NULL, CONFIG_DOUBLE, OFF(ratio), "X", .help = "a ratio" },
+	{ "--enable", "UNITCFG_ENABLE", CONFIG_BOOL, OFF(enable), "BOOL",
+	    .help = "a bool" },
+	{ "--verbose", "UNITCFG_VERBOSE", CONFIG_FLAG, OFF(verbose), NULL,
+	    .help = "a flag" },
+	{ NULL, "UNITCFG_SECRET", CONFIG_STRING, OFF(secret), NULL,
+	    .help = "env only" },
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -64,7 +72,7 @@ parse_argv(char **argv, struct error *err, int *help, int *version)
 
 	while (argv[argc] != NULL)
 		argc++;
-	return config_parse(options, NOPTS, argc, argv, help ? help : &h,
+	return config_parse(options, NOPTS, &s, argc, argv, help ? help : &h,
 	    version ? version : &v, err);
 }
 

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "sandboxd.h"
+#include "usage_check.h"
 
 static char tmpdir[PATH_MAX];
 static char oldcwd[PATH_MAX];
@@ -104,6 +105,22 @@ test_defaults(void **state)
 	assert_non_null(strstr(cfg.mount_dir, "/workspaces"));
 	assert_int_equal(access(cfg.mount_dir, F_OK), 0);
 	sandboxd_config_free(&cfg);
+}
+
+static void
+test_help_states_the_defaults(void **state)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	(void)state;
+	assert_non_null(f);
+	sandboxd_config_usage(f);
+	assert_int_equal(fclose(f), 0);
+	assert_usage_states_the_table(text, sandboxd_options,
+	    sandboxd_noptions);
+	free(text);
 }
 
 static void
@@ -410,6 +427,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
+		cmocka_unit_test(test_help_states_the_defaults),
 		cmocka_unit_test_setup_teardown(test_sources_in_order, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_bad_values_name_their_key,

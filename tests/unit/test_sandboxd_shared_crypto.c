@@ -1,5 +1,5 @@
 /* What sandboxd signs and seals in Redis (shared_crypto.c): the secret's
- * checks, MACs and seals as tests/integration/redis_sign.py makes them
+ * checks, MACs and seals as tests/integration/helpers/redis_sign.py makes them
  * (the vectors below are its output for the same secret), and that a
  * value moved to another key, or changed, does not check. */
 #include <fcntl.h>

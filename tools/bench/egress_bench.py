@@ -1,5 +1,5 @@
 """The egress section of tools/bench/run: what the egress policy costs,
-in the egress tests' own network world (tests/integration/egress_world.py:
+in the egress tests' own network world (tests/integration/helpers/egress_world.py:
 a router namespace of its own behind a macvlan Docker network, nothing
 leaves the machine).
 
@@ -24,6 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration", "helpers"))
 
 import sandboxd_fixtures  # noqa: E402
 from egress_world import PUBLIC, World  # noqa: E402

@@ -40,6 +40,7 @@ redis_synthetic_records() {
 	/usr/bin/python3 - "$n" "$prefix" "$REDIS_BENCH_SECRET" <<'PY' | redis-cli -p "$REDIS_BENCH_PORT" >/dev/null
 import os, shlex, sys, time
 sys.path.insert(0, "tests/integration")
+sys.path.insert(0, "tests/integration/helpers")
 from redis_sign import Signer
 n, p, sign = int(sys.argv[1]), sys.argv[2], Signer(sys.argv[3])
 owner = os.urandom(16).hex()

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The s3 section of tools/bench/run: workspaces kept in object storage
 (FILE_SYSTEM=oss) through the real sandboxd, against Ceph's RADOS gateway
-on a throwaway one-node cluster on 127.0.0.1 (tests/integration/ceph_s3.py,
+on a throwaway one-node cluster on 127.0.0.1 (tests/integration/helpers/ceph_s3.py,
 as the tests start it), the minimal image of this tree's agent.
 
   s3_bench.py SANDBOXD IMAGE_TAG FILES MIB DIR
@@ -32,6 +32,7 @@ import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration", "helpers"))
 
 from ceph_s3 import CephS3  # noqa: E402
 from s3_relay import S3Relay  # noqa: E402

@@ -8,7 +8,7 @@
 # Knobs: BENCH_MCP_FIRST new sessions timed (10), BENCH_MCP_CALLS calls
 # per path (1000).
 
-SANDBOX_MCP=mcp/sandbox-mcp
+SANDBOX_MCP=sandbox-mcp/sandbox-mcp
 MCP_HELPER=tools/bench/sandbox_mcp_bench.py
 
 section_sandbox_mcp() {

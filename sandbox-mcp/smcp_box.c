@@ -22,7 +22,7 @@
 #include <event2/event.h>
 
 #include "http_client.h"
-#include "json_util.h"
+#include "jsonx.h"
 #include "log.h"
 #include "xmalloc.h"
 

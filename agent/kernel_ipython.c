@@ -23,7 +23,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 #include "kernel.h"
 #include "log.h"
 #include "xmalloc.h"
@@ -88,7 +88,7 @@ shared_kernel(struct agent *agent)
 }
 
 void
-ipython_prewarm(struct agent *agent)
+kernel_ipython_prewarm(struct agent *agent)
 {
 	struct error err = { 0 };
 
@@ -97,7 +97,7 @@ ipython_prewarm(struct agent *agent)
 }
 
 void
-ipython_route_run(struct http_request *req, void *arg)
+kernel_ipython_route_run(struct http_request *req, void *arg)
 {
 	struct agent *agent = arg;
 	struct ipython_call *call;
@@ -107,8 +107,8 @@ ipython_route_run(struct http_request *req, void *arg)
 	double timeout;
 
 	if ((body = http_request_json(req, &err)) == NULL ||
-	    json_get_string(body, "code", 1, &code, &err) < 0 ||
-	    json_get_number(body, "timeout", agent->cfg.default_timeout,
+	    jsonx_get_string(body, "code", 1, &code, &err) < 0 ||
+	    jsonx_get_number(body, "timeout", agent->cfg.default_timeout,
 	    &timeout, &err) < 0)
 		goto fail;
 	if (code[strspn(code, " \t\r\n")] == '\0') {

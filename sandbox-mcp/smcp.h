@@ -42,7 +42,7 @@ struct smcp_call {
 struct smcp {
 	struct event_base *base;
 
-	/* Options. */
+	/* Options (smcp_main.c's table). */
 	char *type;
 	char *base_url;
 	char *bearer_token;
@@ -50,6 +50,7 @@ struct smcp {
 	double create_timeout;
 	double call_timeout;
 	size_t max_message;
+	char *log_level;
 
 	/* sandboxd's address from base_url ("127.0.0.1:8000"), the path
 	 * in front of every route ("" or "/prefix"), the Host header and

@@ -17,7 +17,6 @@
 #include "config.h"
 #include "http_client.h"
 #include "log.h"
-#include "xmalloc.h"
 
 struct smcp smcp;
 
@@ -79,74 +78,59 @@ static const char synopsis[] =
 "  {\"mcpServers\": {\"sandbox\": {\"command\": \"sandbox-mcp\",\n"
 "    \"args\": [\"--type=base\", \"--base_url=http://127.0.0.1:8000\"]}}}\n";
 
+#define OFF(field)	offsetof(struct smcp, field)
+#define POSITIVE	.min = 0, .max = INFINITY, .flags = CONFIG_ABOVE_MIN
+
+static const struct config_option options[] = {
+	{ "--type", "SANDBOX_MCP_TYPE", CONFIG_STRING, OFF(type), "TYPE",
+	    .help = "the sandbox type", .def = "base",
+	    .flags = CONFIG_EMPTY_UNSETS },
+	{ "--base_url", "SANDBOX_MCP_BASE_URL", CONFIG_STRING, OFF(base_url),
+	    "URL", .help = "sandboxd's address",
+	    .def = "http://127.0.0.1:8000" },
+	{ "--bearer_token", "SANDBOX_MCP_BEARER_TOKEN", CONFIG_STRING,
+	    OFF(bearer_token), "T", .help = "sandboxd's BEARER_TOKEN, if it "
+	    "has one", .flags = CONFIG_SECRET },
+	{ "--eager", "SANDBOX_MCP_EAGER", CONFIG_FLAG, OFF(eager), NULL,
+	    .help = "create the sandbox at start, not on first use" },
+	{ "--create_timeout", "SANDBOX_MCP_CREATE_TIMEOUT", CONFIG_DOUBLE,
+	    OFF(create_timeout), "SECONDS", .help = "give up creating after "
+	    "this long without progress", .def = "120", POSITIVE },
+	{ "--call_timeout", "SANDBOX_MCP_CALL_TIMEOUT", CONFIG_DOUBLE,
+	    OFF(call_timeout), "SECONDS", .help = "fail a tool call after this "
+	    "long without an answer", .def = "600", POSITIVE },
+	{ "--max_message", "SANDBOX_MCP_MAX_MESSAGE", CONFIG_SIZE,
+	    OFF(max_message), "BYTES", .help = "longest JSON-RPC line taken",
+	    .def = "16M", .min = 1, .max = INFINITY },
+	{ "--log_level", "SANDBOX_MCP_LOG_LEVEL", CONFIG_CHOICE, OFF(log_level),
+	    "LEVEL", .help = "what goes to stderr", .def = "warn",
+	    .choices = log_level_names },
+};
+#define NOPTIONS	(sizeof options / sizeof options[0])
+
 static int
 parse_options(int argc, char **argv)
 {
-	char *log_level = NULL;
-	const struct config_option opts[] = {
-		{ "--type", "SANDBOX_MCP_TYPE", CONFIG_STRING, &smcp.type,
-		    "TYPE", "the sandbox type (default base)" },
-		{ "--base_url", "SANDBOX_MCP_BASE_URL", CONFIG_STRING,
-		    &smcp.base_url, "URL", "sandboxd's address "
-		    "(default http://127.0.0.1:8000)" },
-		{ "--bearer_token", "SANDBOX_MCP_BEARER_TOKEN", CONFIG_STRING,
-		    &smcp.bearer_token, "T", "sandboxd's BEARER_TOKEN, if "
-		    "it has one" },
-		{ "--eager", "SANDBOX_MCP_EAGER", CONFIG_FLAG, &smcp.eager,
-		    NULL, "create the sandbox at start, not on first use" },
-		{ "--create_timeout", "SANDBOX_MCP_CREATE_TIMEOUT",
-		    CONFIG_DOUBLE, &smcp.create_timeout, "SECONDS",
-		    "give up creating after this long without progress "
-		    "(default 120)" },
-		{ "--call_timeout", "SANDBOX_MCP_CALL_TIMEOUT", CONFIG_DOUBLE,
-		    &smcp.call_timeout, "SECONDS", "fail a tool call after "
-		    "this long without an answer (default 600)" },
-		{ "--max_message", "SANDBOX_MCP_MAX_MESSAGE", CONFIG_SIZE,
-		    &smcp.max_message, "BYTES", "longest JSON-RPC line taken "
-		    "(default 16M)" },
-		{ "--log_level", "SANDBOX_MCP_LOG_LEVEL", CONFIG_STRING,
-		    &log_level, "LEVEL", "debug, info, warn (default) or "
-		    "error; the log goes to stderr" },
-	};
-	size_t nopts = sizeof opts / sizeof *opts;
-	int help = 0, version = 0, rc = -1;
-	enum log_level level = LOG_WARN;
+	enum log_level level;
+	int help, version;
 	struct error err;
 
-	if (config_parse(opts, nopts, argc, argv, &help, &version, &err) < 0) {
+	if (config_parse(options, NOPTIONS, &smcp, argc, argv, &help, &version,
+	    &err) < 0) {
 		fprintf(stderr, "sandbox-mcp: %s\n", err.msg);
-		goto out;
+		return -1;
 	}
 	if (help) {
-		config_usage(stdout, synopsis, opts, nopts);
+		config_usage(stdout, synopsis, options, NOPTIONS);
 		exit(0);
 	}
 	if (version) {
 		printf("sandbox-mcp %s\n", VERSION);
 		exit(0);
 	}
-	if (log_level != NULL && log_parse_level(log_level, &level) < 0) {
-		fprintf(stderr, "sandbox-mcp: unknown log level '%s'\n",
-		    log_level);
-		goto out;
-	}
+	log_parse_level(smcp.log_level, &level);
 	log_set_level(level);
-	if (smcp.type == NULL || *smcp.type == '\0') {
-		free(smcp.type);
-		smcp.type = xstrdup("base");
-	}
-	if (smcp.base_url == NULL)
-		smcp.base_url = xstrdup("http://127.0.0.1:8000");
-	if (smcp.create_timeout <= 0)
-		smcp.create_timeout = 120;
-	if (smcp.call_timeout <= 0)
-		smcp.call_timeout = 600;
-	if (smcp.max_message == 0)
-		smcp.max_message = 16 * 1024 * 1024;
-	rc = 0;
-out:
-	free(log_level);
-	return rc;
+	return 0;
 }
 
 static void
@@ -161,14 +145,10 @@ free_all(void)
 		event_free(sig_int);
 	json_decref(smcp.tools);
 	free(smcp.box_name);
-	free(smcp.type);
-	free(smcp.base_url);
+	config_free(options, NOPTIONS, &smcp);
 	if (smcp.auth != NULL)
 		explicit_bzero(smcp.auth, strlen(smcp.auth));
 	free(smcp.auth);
-	if (smcp.bearer_token != NULL)
-		explicit_bzero(smcp.bearer_token, strlen(smcp.bearer_token));
-	free(smcp.bearer_token);
 	free(smcp.addr);
 	free(smcp.prefix);
 	free(smcp.host);

@@ -14,7 +14,7 @@ on loopback. S3 clients authenticate with SigV4 as usual.
 Also a small S3 client (SigV4 signed by hand, hashlib and hmac) with which
 the tests look into the bucket and plant what sandboxd must refuse.
 
-    python3 tests/integration/ceph_s3.py DIR   # start one, print its
+    python3 tests/integration/helpers/ceph_s3.py DIR   # start one, print its
                                                # settings, stop on SIGTERM
 """
 import datetime

@@ -1,8 +1,9 @@
 /*
  * Cutting the kernel's output into cells at the end-of-cell marker, with
  * the marker cut at every possible point between two reads; reading its
- * control frames within their limits. The module is the agent's (unit
- * tests link only common/), so it is compiled in here.
+ * control frames within their limits.
+ * agent/kernel_stream.o is linked in, as every test_agent_X links its
+ * module.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,14 +18,15 @@
 
 #include <event2/buffer.h>
 
-#include "../../agent/kernel_stream.c"
+#include "kernel_stream.h"
+#include "xmalloc.h"
 
 static const char marker[] = "\x1e" "0123456789abcdef0123456789abcdef" "\x1e";
 
 static char *
 take_text(struct kernel_stream *ks, size_t cap)
 {
-	struct evbuffer *buf = kstream_take(ks, "stdout", cap);
+	struct evbuffer *buf = kernel_stream_take(ks, "stdout", cap);
 	size_t len = evbuffer_get_length(buf);
 	char *text = xmalloc(len + 1);
 
@@ -50,11 +52,12 @@ test_marker_in_one_read(void **state)
 
 	(void)state;
 	assert_int_equal(MARKER_LEN, strlen(marker));
-	kstream_init(&ks);
+	kernel_stream_init(&ks);
 	n = snprintf(data, sizeof data, "hello\n%slater", marker);
-	assert_int_equal(kstream_feed(&ks, 1, marker, data, (size_t)n, 0), 1);
+	assert_int_equal(kernel_stream_feed(&ks, 1, marker, data, (size_t)n, 0),
+	    1);
 	/* After the marker: the next cell's, even before this one is taken. */
-	assert_int_equal(kstream_feed(&ks, 1, marker, "+more", 5, 0), 0);
+	assert_int_equal(kernel_stream_feed(&ks, 1, marker, "+more", 5, 0), 0);
 	text = take_text(&ks, 0);
 	assert_string_equal(text, "hello\n");
 	free(text);
@@ -77,9 +80,9 @@ test_marker_split_anywhere(void **state)
 		int hits;
 		char *text;
 
-		kstream_init(&ks);
-		hits = kstream_feed(&ks, 1, marker, data, (size_t)cut, 0);
-		hits += kstream_feed(&ks, 1, marker, data + cut,
+		kernel_stream_init(&ks);
+		hits = kernel_stream_feed(&ks, 1, marker, data, (size_t)cut, 0);
+		hits += kernel_stream_feed(&ks, 1, marker, data + cut,
 		    (size_t)(n - cut), 0);
 		assert_int_equal(hits, 1);
 		text = take_text(&ks, 0);
@@ -100,10 +103,10 @@ test_byte_by_byte(void **state)
 	int n, hits = 0;
 
 	(void)state;
-	kstream_init(&ks);
+	kernel_stream_init(&ks);
 	n = snprintf(data, sizeof data, "a\x1e" "0123b%s", marker);
 	for (int i = 0; i < n; i++)
-		hits += kstream_feed(&ks, 1, marker, data + i, 1, 0);
+		hits += kernel_stream_feed(&ks, 1, marker, data + i, 1, 0);
 	assert_int_equal(hits, 1);
 	text = take_text(&ks, 0);
 	assert_string_equal(text, "a\x1e" "0123b");
@@ -119,9 +122,11 @@ test_cap_drops_but_finds_marker(void **state)
 
 	(void)state;
 	memset(big, 'x', sizeof big);
-	kstream_init(&ks);
-	assert_int_equal(kstream_feed(&ks, 1, marker, big, sizeof big, 100), 0);
-	assert_int_equal(kstream_feed(&ks, 1, marker, marker, MARKER_LEN, 100),
+	kernel_stream_init(&ks);
+	assert_int_equal(kernel_stream_feed(&ks, 1, marker, big, sizeof big,
+	    100), 0);
+	assert_int_equal(kernel_stream_feed(&ks, 1, marker, marker, MARKER_LEN,
+	    100),
 	    1);
 	text = take_text(&ks, 100);
 	assert_memory_equal(text, big, 100);
@@ -138,17 +143,17 @@ test_no_marker_keeps_tail(void **state)
 	char *text;
 
 	(void)state;
-	kstream_init(&ks);
+	kernel_stream_init(&ks);
 	/* Idle output waits for the next cell. */
-	kstream_feed(&ks, 0, marker, "bg;", 3, 0);
+	kernel_stream_feed(&ks, 0, marker, "bg;", 3, 0);
 	/* A kernel that died mid-cell: what looked like a marker's start
 	 * was output after all. */
-	kstream_feed(&ks, 1, marker, "dying\x1e" "01", 8, 0);
+	kernel_stream_feed(&ks, 1, marker, "dying\x1e" "01", 8, 0);
 	text = take_text(&ks, 0);
 	assert_string_equal(text, "bg;dying\x1e" "01");
 	free(text);
-	kstream_feed(&ks, 1, marker, "x", 1, 0);
-	kstream_reset(&ks);
+	kernel_stream_feed(&ks, 1, marker, "x", 1, 0);
+	kernel_stream_reset(&ks);
 	text = take_text(&ks, 0);
 	assert_string_equal(text, "");
 	free(text);
@@ -162,10 +167,11 @@ test_tail_for_messages(void **state)
 	char *text;
 
 	(void)state;
-	kstream_init(&ks);
-	kstream_feed(&ks, 0, marker, "Traceback\nImportError: \xff no\n\n", 29,
+	kernel_stream_init(&ks);
+	kernel_stream_feed(&ks, 0, marker,
+	    "Traceback\nImportError: \xff no\n\n", 29,
 	    0);
-	text = kstream_tail(&ks, 14);
+	text = kernel_stream_tail(&ks, 14);
 	assert_string_equal(text, "tError: \xef\xbf\xbd no");
 	free(text);
 	finish(&ks);
@@ -205,16 +211,16 @@ test_frames_in_pieces(void **state)
 		evbuffer_add(in, &byte, 1);
 		if (evbuffer_get_length(whole) == strlen(started) + 4)
 			break;
-		assert_int_equal(kstream_read_frame(in, &msg, &why), 0);
+		assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 0);
 	}
-	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 1);
 	/* Punctuation in strings, escaped quotes too, is not counted. */
 	assert_string_equal(json_string_value(json_object_get(msg, "x")),
 	    "a,b:c[{\"");
 	json_decref(msg);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), 0);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 0);
 	evbuffer_add_buffer(in, whole);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 1);
 	assert_true(json_is_true(json_object_get(msg, "started")));
 	json_decref(msg);
 	assert_int_equal(evbuffer_get_length(in), 0);
@@ -233,40 +239,40 @@ test_frames_over_the_limits(void **state)
 
 	(void)state;
 	/* Too long: refused by the header, before any of it is read. */
-	add_frame(in, "", KSTREAM_FRAME_MAX + 1);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	add_frame(in, "", KERNEL_STREAM_FRAME_MAX + 1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), -1);
 	assert_null(msg);
 	assert_non_null(strstr(why, "16 MiB"));
 	evbuffer_drain(in, evbuffer_get_length(in));
 
 	/* What counts: the first value, and each ',', ':', '[' and '{'.
-	 * KSTREAM_FRAME_VALUES of them pass, one more does not. */
-	many = xmalloc(4 * KSTREAM_FRAME_VALUES + 16);
+	 * KERNEL_STREAM_FRAME_VALUES of them pass, one more does not. */
+	many = xmalloc(4 * KERNEL_STREAM_FRAME_VALUES + 16);
 	n += (size_t)sprintf(many, "{\"v\": [");
-	for (int i = 0; i < KSTREAM_FRAME_VALUES - 4; i++)
+	for (int i = 0; i < KERNEL_STREAM_FRAME_VALUES - 4; i++)
 		n += (size_t)sprintf(many + n, "1,");
 	strcpy(many + n, "1]}");
 	add_frame(in, many, 0);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 1);
 	assert_int_equal(json_array_size(json_object_get(msg, "v")),
-	    KSTREAM_FRAME_VALUES - 3);
+	    KERNEL_STREAM_FRAME_VALUES - 3);
 	json_decref(msg);
 	memcpy(many + n, "1,1]}", 6);
 	add_frame(in, many, 0);
 	add_frame(in, "{}", 0);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), -1);
 	assert_non_null(strstr(why, "65536 JSON values"));
 	/* The bad frame is gone, what follows is intact. */
-	assert_int_equal(kstream_read_frame(in, &msg, &why), 1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), 1);
 	json_decref(msg);
 	free(many);
 
 	/* Not JSON, or not an object. */
 	add_frame(in, "{\"a\": ", 0);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), -1);
 	assert_non_null(strstr(why, "malformed"));
 	add_frame(in, "[1]", 0);
-	assert_int_equal(kstream_read_frame(in, &msg, &why), -1);
+	assert_int_equal(kernel_stream_read_frame(in, &msg, &why), -1);
 	assert_int_equal(evbuffer_get_length(in), 0);
 	evbuffer_free(in);
 }

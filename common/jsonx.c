@@ -1,4 +1,4 @@
-#include "json_util.h"
+#include "jsonx.h"
 
 #include <stdio.h>
 
@@ -17,7 +17,7 @@ field(json_t *obj, const char *key, int required, struct error *err)
 }
 
 int
-json_get_string(json_t *obj, const char *key, int required, const char **out,
+jsonx_get_string(json_t *obj, const char *key, int required, const char **out,
     struct error *err)
 {
 	json_t *v = field(obj, key, required, err);
@@ -34,7 +34,7 @@ json_get_string(json_t *obj, const char *key, int required, const char **out,
 }
 
 int
-json_get_bool(json_t *obj, const char *key, int def, int *out,
+jsonx_get_bool(json_t *obj, const char *key, int def, int *out,
     struct error *err)
 {
 	json_t *v = field(obj, key, 0, err);
@@ -51,7 +51,7 @@ json_get_bool(json_t *obj, const char *key, int def, int *out,
 }
 
 int
-json_get_number(json_t *obj, const char *key, double def, double *out,
+jsonx_get_number(json_t *obj, const char *key, double def, double *out,
     struct error *err)
 {
 	json_t *v = field(obj, key, 0, err);
@@ -68,7 +68,7 @@ json_get_number(json_t *obj, const char *key, double def, double *out,
 }
 
 int
-json_get_object(json_t *obj, const char *key, int required, json_t **out,
+jsonx_get_object(json_t *obj, const char *key, int required, json_t **out,
     struct error *err)
 {
 	json_t *v = field(obj, key, required, err);
@@ -85,7 +85,7 @@ json_get_object(json_t *obj, const char *key, int required, json_t **out,
 }
 
 int
-json_get_array(json_t *obj, const char *key, int required, json_t **out,
+jsonx_get_array(json_t *obj, const char *key, int required, json_t **out,
     struct error *err)
 {
 	json_t *v = field(obj, key, required, err);
@@ -102,7 +102,7 @@ json_get_array(json_t *obj, const char *key, int required, json_t **out,
 }
 
 void
-json_escape_append(struct evbuffer *out, const char *s, size_t len)
+jsonx_escape_append(struct evbuffer *out, const char *s, size_t len)
 {
 	size_t run = 0;
 
@@ -132,7 +132,7 @@ json_escape_append(struct evbuffer *out, const char *s, size_t len)
 }
 
 const char *
-json_zod_type(json_t *v)
+jsonx_zod_type(json_t *v)
 {
 	switch (json_typeof(v)) {
 	case JSON_STRING:

@@ -11,7 +11,7 @@
 
 #include <event2/buffer.h>
 
-#include "json_util.h"
+#include "jsonx.h"
 
 /* What jansson itself writes inside the quotes of a string. */
 static char *
@@ -41,7 +41,7 @@ assert_escapes_like_jansson(const char *s, size_t len)
 	char *want = jansson_escaped(s, len, &want_len);
 	const char *got;
 
-	json_escape_append(b, s, len);
+	jsonx_escape_append(b, s, len);
 	got_len = evbuffer_get_length(b);
 	got = (const char *)evbuffer_pullup(b, -1);
 	if (got_len != want_len || (got_len > 0 && memcmp(got, want, want_len)))
@@ -90,8 +90,8 @@ test_escape_appends(void **state)
 
 	(void)state;
 	evbuffer_add(b, "[\"", 2);
-	json_escape_append(b, "x\"y", 3);
-	json_escape_append(b, "\n", 1);
+	jsonx_escape_append(b, "x\"y", 3);
+	jsonx_escape_append(b, "\n", 1);
 	evbuffer_add(b, "\"]", 2);
 	assert_int_equal(evbuffer_get_length(b), 10);
 	assert_memory_equal(evbuffer_pullup(b, -1), "[\"x\\\"y\\n\"]", 10);
@@ -126,24 +126,24 @@ test_get_string(void **state)
 	const char *v = "unset";
 
 	(void)state;
-	assert_int_equal(json_get_string(j, "s", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_string(j, "s", 1, &v, &err), 0);
 	assert_string_equal(v, "text");
-	assert_int_equal(json_get_string(j, "e", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_string(j, "e", 1, &v, &err), 0);
 	assert_string_equal(v, "");
 	/* Absent, or null: fine when optional, 400 when required. */
-	assert_int_equal(json_get_string(j, "missing", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_string(j, "missing", 0, &v, &err), 0);
 	assert_null(v);
-	assert_int_equal(json_get_string(j, "z", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_string(j, "z", 0, &v, &err), 0);
 	assert_null(v);
-	assert_int_equal(json_get_string(j, "missing", 1, &v, &err), -1);
+	assert_int_equal(jsonx_get_string(j, "missing", 1, &v, &err), -1);
 	assert_err(&err, 400, "field 'missing' is required");
-	assert_int_equal(json_get_string(j, "z", 1, &v, &err), -1);
+	assert_int_equal(jsonx_get_string(j, "z", 1, &v, &err), -1);
 	assert_err(&err, 400, "field 'z' is required");
 	/* Wrong type, required or not. */
-	assert_int_equal(json_get_string(j, "n", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_string(j, "n", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 'n' must be a string");
 	assert_null(v);
-	assert_int_equal(json_get_string(j, "o", 1, &v, &err), -1);
+	assert_int_equal(jsonx_get_string(j, "o", 1, &v, &err), -1);
 	assert_err(&err, 400, "field 'o' must be a string");
 	json_decref(j);
 }
@@ -156,18 +156,18 @@ test_get_bool(void **state)
 	int v = -1;
 
 	(void)state;
-	assert_int_equal(json_get_bool(j, "t", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_bool(j, "t", 0, &v, &err), 0);
 	assert_int_equal(v, 1);
-	assert_int_equal(json_get_bool(j, "f", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_bool(j, "f", 1, &v, &err), 0);
 	assert_int_equal(v, 0);
-	assert_int_equal(json_get_bool(j, "missing", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_bool(j, "missing", 1, &v, &err), 0);
 	assert_int_equal(v, 1);
-	assert_int_equal(json_get_bool(j, "z", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_bool(j, "z", 0, &v, &err), 0);
 	assert_int_equal(v, 0);
 	/* 1 and "true" are not booleans. */
-	assert_int_equal(json_get_bool(j, "i", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_bool(j, "i", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 'i' must be true or false");
-	assert_int_equal(json_get_bool(j, "s", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_bool(j, "s", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 's' must be true or false");
 	json_decref(j);
 }
@@ -180,17 +180,17 @@ test_get_number(void **state)
 	double v = -1;
 
 	(void)state;
-	assert_int_equal(json_get_number(j, "n", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_number(j, "n", 0, &v, &err), 0);
 	assert_true(v == 2.5);
-	assert_int_equal(json_get_number(j, "i", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_number(j, "i", 0, &v, &err), 0);
 	assert_true(v == 3.0);
-	assert_int_equal(json_get_number(j, "missing", 7.5, &v, &err), 0);
+	assert_int_equal(jsonx_get_number(j, "missing", 7.5, &v, &err), 0);
 	assert_true(v == 7.5);
-	assert_int_equal(json_get_number(j, "z", 1.5, &v, &err), 0);
+	assert_int_equal(jsonx_get_number(j, "z", 1.5, &v, &err), 0);
 	assert_true(v == 1.5);
-	assert_int_equal(json_get_number(j, "s", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_number(j, "s", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 's' must be a number");
-	assert_int_equal(json_get_number(j, "t", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_number(j, "t", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 't' must be a number");
 	json_decref(j);
 }
@@ -202,23 +202,23 @@ test_get_object_and_array(void **state)
 	struct error err = { 0 };
 
 	(void)state;
-	assert_int_equal(json_get_object(j, "o", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_object(j, "o", 1, &v, &err), 0);
 	assert_ptr_equal(v, json_object_get(j, "o"));
-	assert_int_equal(json_get_object(j, "missing", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_object(j, "missing", 0, &v, &err), 0);
 	assert_null(v);
-	assert_int_equal(json_get_object(j, "missing", 1, &v, &err), -1);
+	assert_int_equal(jsonx_get_object(j, "missing", 1, &v, &err), -1);
 	assert_err(&err, 400, "field 'missing' is required");
-	assert_int_equal(json_get_object(j, "a", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_object(j, "a", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 'a' must be an object");
 	assert_null(v);
 
-	assert_int_equal(json_get_array(j, "a", 1, &v, &err), 0);
+	assert_int_equal(jsonx_get_array(j, "a", 1, &v, &err), 0);
 	assert_int_equal(json_array_size(v), 2);
-	assert_int_equal(json_get_array(j, "z", 0, &v, &err), 0);
+	assert_int_equal(jsonx_get_array(j, "z", 0, &v, &err), 0);
 	assert_null(v);
-	assert_int_equal(json_get_array(j, "z", 1, &v, &err), -1);
+	assert_int_equal(jsonx_get_array(j, "z", 1, &v, &err), -1);
 	assert_err(&err, 400, "field 'z' is required");
-	assert_int_equal(json_get_array(j, "o", 0, &v, &err), -1);
+	assert_int_equal(jsonx_get_array(j, "o", 0, &v, &err), -1);
 	assert_err(&err, 400, "field 'o' must be an array");
 	json_decref(j);
 }
