@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 /* How long a call waits for a display that does not answer. */
@@ -108,14 +109,14 @@ static int
 begin(struct agent *agent, struct computer_call *c, struct error *err)
 {
 	struct desktop *d = agent->desktop;
-	int64_t deadline = vnc_now_ms() + DISPLAY_WAIT_MS;
+	int64_t deadline = timing_monotonic_ms() + DISPLAY_WAIT_MS;
 
 	c->vnc = desktop_vnc(d);
 	for (;;) {
 		if (vnc_begin(c->vnc, err) == 0)
 			return 0;
 		desktop_kick(d);
-		if (vnc_now_ms() >= deadline || desktop_stopping(d))
+		if (timing_monotonic_ms() >= deadline || desktop_stopping(d))
 			return -1;
 		sleep_ms(100);
 	}
@@ -126,7 +127,7 @@ begin(struct agent *agent, struct computer_call *c, struct error *err)
 static int
 move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 {
-	int64_t deadline = vnc_now_ms() + POINTER_SETTLE_MS;
+	int64_t deadline = timing_monotonic_ms() + POINTER_SETTLE_MS;
 	int px, py;
 
 	if (vnc_pointer(c->vnc, x, y, buttons, err) < 0)
@@ -135,7 +136,7 @@ move(struct computer_call *c, int x, int y, int buttons, struct error *err)
 	 * before a query sent after it); this is for a server that is not
 	 * so quick. */
 	while (vnc_pointer_position(c->vnc, &px, &py, err) == 0 &&
-	    (px != x || py != y) && vnc_now_ms() < deadline)
+	    (px != x || py != y) && timing_monotonic_ms() < deadline)
 		sleep_ms(1);
 	return 0;
 }

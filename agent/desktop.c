@@ -46,6 +46,7 @@
 
 #include "agent.h"
 #include "spawn.h"
+#include "timing.h"
 #include "vnc.h"
 #include "work_queue.h"
 #include "xmalloc.h"
@@ -57,25 +58,6 @@
 #define DESKTOP_BACKOFF_MIN 0.25
 #define DESKTOP_BACKOFF_MAX 30.0
 #define DESKTOP_STABLE 30.0
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static struct timeval
-seconds(double s)
-{
-	struct timeval tv;
-
-	tv.tv_sec = (time_t)s;
-	tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-	return tv;
-}
 
 static int
 is_server(const struct desktop_program *p)
@@ -182,7 +164,7 @@ display_ready(struct desktop *d)
 	struct desktop_program *server = &d->programs[0];
 
 	d->ready = 1;
-	d->ready_at = now();
+	d->ready_at = timing_monotonic();
 	d->drawn = d->nprograms == 1;
 	d->draw_late = 0;
 	log_info("desktop: display %s ready (%s answered after %.0f ms)",
@@ -202,13 +184,13 @@ static void
 drawn_or_wait(struct desktop *d)
 {
 	struct desktop_program *server = &d->programs[0];
-	double waited = now() - d->ready_at;
+	double waited = timing_monotonic() - d->ready_at;
 
 	if (d->probe_drawn) {
 		d->drawn = 1;
 		log_info("desktop: display %s drawn on (%.0f ms after %s "
 		    "answered, %.0f ms after it started)", d->display,
-		    waited * 1000, server->name, (now() - server->started) *
+		    waited * 1000, server->name, (timing_monotonic() - server->started) *
 		    1000);
 		return;
 	}
@@ -256,7 +238,7 @@ probe_done(void *arg)
 		spawn_kill(server->sp, SIGKILL);
 		return;
 	}
-	if (now() - server->started > DESKTOP_READY_TIMEOUT) {
+	if (timing_monotonic() - server->started > DESKTOP_READY_TIMEOUT) {
 		log_error("desktop: %s did not answer within %.0f s (%s); "
 		    "restarting it", server->name, DESKTOP_READY_TIMEOUT,
 		    d->probe_err.msg);
@@ -304,11 +286,11 @@ schedule_restart(struct desktop_program *p)
 {
 	struct timeval tv;
 
-	if (now() - p->started >= DESKTOP_STABLE || p->backoff == 0)
+	if (timing_monotonic() - p->started >= DESKTOP_STABLE || p->backoff == 0)
 		p->backoff = DESKTOP_BACKOFF_MIN;
 	else if ((p->backoff *= 2) > DESKTOP_BACKOFF_MAX)
 		p->backoff = DESKTOP_BACKOFF_MAX;
-	tv = seconds(p->backoff);
+	tv = timing_timeval(p->backoff);
 	evtimer_add(p->timer, &tv);
 }
 
@@ -374,7 +356,7 @@ start_program(struct desktop_program *p)
 	o.stdio[2] = SPAWN_CAPTURE;
 	cb.on_output = output_cb;
 	cb.on_exit = exit_cb;
-	p->started = now();
+	p->started = timing_monotonic();
 	p->generation++;
 	p->linelen = 0;
 	if (is_helper(p)) {

@@ -29,6 +29,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "timing.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -348,9 +349,7 @@ envd_stream_open(struct envd_call *call, const char *keepalive,
 	s->tick = event_new(call->agent->base, -1, EV_PERSIST, tick_cb, s);
 	event_add(s->tick, &tv);
 	if (call->timeout > 0) {
-		tv.tv_sec = (time_t)call->timeout;
-		tv.tv_usec = (suseconds_t)((call->timeout - (double)tv.tv_sec) *
-		    1e6);
+		tv = timing_timeval(call->timeout);
 		s->deadline = evtimer_new(call->agent->base, deadline_cb, s);
 		evtimer_add(s->deadline, &tv);
 	}

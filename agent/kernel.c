@@ -43,6 +43,7 @@
 
 #include "log.h"
 #include "spawn.h"
+#include "timing.h"
 #include "token.h"
 #include "xmalloc.h"
 
@@ -78,8 +79,7 @@ kernel_arm(struct kernel *k, enum kernel_timer kind, double seconds)
 {
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)seconds;
-	tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(seconds);
 	k->timer_kind = kind;
 	evtimer_add(k->timer, &tv);
 }
@@ -173,16 +173,6 @@ kernel_set_reading(struct kernel *k, int on)
 	}
 }
 
-static double
-seconds_since(const struct timespec *t0)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)(now.tv_sec - t0->tv_sec) +
-	    (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 static void
 ready(struct kernel *k, json_t *msg)
 {
@@ -202,7 +192,7 @@ ready(struct kernel *k, json_t *msg)
 		return;
 	}
 	log_info("IPython kernel ready in %.0f ms (pid %d, Python %s, "
-	    "IPython %s)", seconds_since(&k->started) * 1000,
+	    "IPython %s)", (timing_monotonic() - k->started) * 1000,
 	    (int)spawn_pid(k->sp), py ? py : "?", ipy ? ipy : "?");
 	for (int s = 1; s <= 2; s++) {
 		if (evbuffer_get_length(k->out[s].buf) > 0) {
@@ -493,7 +483,7 @@ start(struct kernel *k, struct error *err)
 	snprintf(k->marker, sizeof k->marker, "\x1e%s\x1e", hex);
 	k->lost = NULL;
 	k->state = KERNEL_STARTING;
-	clock_gettime(CLOCK_MONOTONIC, &k->started);
+	k->started = timing_monotonic();
 	kernel_arm(k, TIMER_START, KERNEL_START_SECONDS);
 	log_info("starting the IPython kernel (pid %d)", (int)spawn_pid(k->sp));
 	return 0;

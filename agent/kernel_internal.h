@@ -79,7 +79,7 @@ struct kernel {
 	struct event *timer;
 	enum kernel_timer timer_kind;
 	struct event *eof_timer;	/* fd 3 closed, the process not gone */
-	struct timespec started;
+	double started;		/* monotonic seconds */
 	struct kernel_stream out[3];	/* [1] and [2] */
 	char marker[MARKER_LEN + 1];
 	struct kernel_cell_queue queue;	/* waiting cells */

@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 #define JSONRPC_METHOD_NOT_FOUND (-32601)
@@ -162,8 +163,7 @@ mcp_jsonrpc_call(struct mcp_jsonrpc *rpc, const char *method, json_t *params,
 	p->arg = arg;
 	p->rpc = rpc;
 	p->timer = evtimer_new(rpc->base, timeout_cb, p);
-	tv.tv_sec = (time_t)timeout;
-	tv.tv_usec = (suseconds_t)((timeout - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(timeout);
 	evtimer_add(p->timer, &tv);
 	TAILQ_INSERT_TAIL(&rpc->pending, p, entry);
 	msg = json_object();

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 /* The helper's slowest request is a connect to a slow server (reads of
@@ -131,7 +132,7 @@ transfer(int fd, int writing, void *buf, size_t len, int64_t deadline)
 
 	while (at < len) {
 		struct pollfd pfd = { fd, writing ? POLLOUT : POLLIN, 0 };
-		int64_t left = deadline - vnc_now_ms();
+		int64_t left = deadline - timing_monotonic_ms();
 		ssize_t n;
 
 		n = writing ? write(fd, (char *)buf + at, len - at) :
@@ -200,7 +201,7 @@ call(struct vnc *v, const struct vnc_wire_request *rq,
     const struct vnc_wire_key *keys, struct vnc_wire_reply *rp,
     unsigned char **pixels, struct error *err)
 {
-	int64_t deadline = vnc_now_ms() + VNC_REPLY_TIMEOUT_MS;
+	int64_t deadline = timing_monotonic_ms() + VNC_REPLY_TIMEOUT_MS;
 	int screen = rq->op != VNC_WIRE_POINTER && rq->op != VNC_WIRE_KEYS &&
 	    rq->op != VNC_WIRE_POSITION;
 	size_t want;

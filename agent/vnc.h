@@ -19,22 +19,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "error.h"
 
 struct vnc;
-
-/* Milliseconds on the monotonic clock, for the deadlines of calls to the
- * display. */
-static inline int64_t
-vnc_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Largest screen accepted from a server, each side and in pixels. */
 #define VNC_MAX_SIDE 8192

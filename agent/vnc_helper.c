@@ -48,6 +48,7 @@
 
 #include "fdio.h"
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 /* libvncclient's timeout of one read (seconds), ours of a wait for room
@@ -245,11 +246,11 @@ lost(struct helper *h, struct error *err, const char *what)
 static int
 pump(struct helper *h, int timeout_ms, unsigned want, struct error *err)
 {
-	int64_t deadline = vnc_now_ms() + timeout_ms;
+	int64_t deadline = timing_monotonic_ms() + timeout_ms;
 
 	for (;;) {
 		struct pollfd pfd = { .fd = h->client->sock, .events = POLLIN };
-		int left = (int)(deadline - vnc_now_ms()), n;
+		int left = (int)(deadline - timing_monotonic_ms()), n;
 
 		if (want != 0 && h->probes >= want)
 			return 0;

@@ -33,6 +33,7 @@
 #include <xcb/xcb.h>
 #include <xcb/xcbext.h>
 
+#include "timing.h"
 #include "xmalloc.h"
 
 #define X11_TIMEOUT_MS 2000
@@ -273,7 +274,7 @@ wait_reply(struct vnc_x11 *x, xcb_query_pointer_cookie_t ck,
 {
 	struct pollfd pfd = { .fd = xcb_get_file_descriptor(x->conn),
 	    .events = POLLIN };
-	int64_t deadline = vnc_now_ms() + X11_TIMEOUT_MS;
+	int64_t deadline = timing_monotonic_ms() + X11_TIMEOUT_MS;
 
 	for (;;) {
 		int done = xcb_poll_for_reply(x->conn, ck.sequence,
@@ -283,7 +284,7 @@ wait_reply(struct vnc_x11 *x, xcb_query_pointer_cookie_t ck,
 		drop_events(x->conn);
 		if (done)
 			return 0;
-		left = deadline - vnc_now_ms();
+		left = deadline - timing_monotonic_ms();
 		if (left <= 0)
 			return -1;
 		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)

@@ -30,6 +30,7 @@
 
 #include "http_internal.h"
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 #define DEFAULT_TIMEOUT		60.0
@@ -175,8 +176,7 @@ arm_timer(struct http_client_request *r, double seconds)
 
 	if (seconds < 0.001)
 		seconds = 0.001;
-	tv.tv_sec = (time_t)seconds;
-	tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(seconds);
 	evtimer_add(r->timer_ev, &tv);
 }
 

@@ -158,7 +158,7 @@ struct http_request {
 	int reply_close;		/* end the connection after this reply */
 	int status;
 	uint64_t bytes_out;
-	struct timeval started;
+	double started;			/* monotonic seconds */
 	struct http_request *retired_next;
 };
 

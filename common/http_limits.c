@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "timing.h"
 
 /*
  * A head must be complete within header_timeout of its first byte,
@@ -77,9 +78,7 @@ http_conn_limit_head(struct http_conn *conn)
 
 	if (conn->limit == LIMIT_HEAD)
 		return;
-	tv.tv_sec = (time_t)conn->server->cfg.header_timeout;
-	tv.tv_usec = (suseconds_t)((conn->server->cfg.header_timeout -
-	    (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(conn->server->cfg.header_timeout);
 	conn->limit = LIMIT_HEAD;
 	event_del(conn->limit_ev);
 	event_assign(conn->limit_ev, conn->server->base, -1, 0, limit_cb, conn);
@@ -95,9 +94,7 @@ http_conn_limit_body(struct http_conn *conn)
 	http_conn_limit_stop(conn);
 	if (cfg->body_min_rate == 0)
 		return;
-	tv.tv_sec = (time_t)cfg->body_rate_window;
-	tv.tv_usec = (suseconds_t)((cfg->body_rate_window -
-	    (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(cfg->body_rate_window);
 	conn->limit = LIMIT_BODY;
 	conn->window_bytes = 0;
 	conn->window_paused = 0;

@@ -29,6 +29,7 @@
 #include <event2/listener.h>
 
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 #define BACKOFF_MIN	0.05	/* seconds */
@@ -225,8 +226,7 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 	    server->nconns, server->backoff);
 	set_accepting(server, 0);
 	server->accept_paused = 1;
-	tv.tv_sec = (time_t)server->backoff;
-	tv.tv_usec = (suseconds_t)((server->backoff - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(server->backoff);
 	evtimer_add(server->backoff_ev, &tv);
 	server->backoff *= 2;
 	if (server->backoff > BACKOFF_MAX)

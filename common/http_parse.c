@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 #define HTTP_MAX_HEADERS	128
@@ -42,7 +43,7 @@ on_message_begin(http_parser *p)
 	req->content_length = -1;
 	req->body = evbuffer_new();
 	conn->server->nrequests++;
-	gettimeofday(&req->started, NULL);
+	req->started = timing_monotonic();
 	conn->req = req;
 	http_header_reader_reset(&conn->hr);
 	http_conn_limit_head(conn);

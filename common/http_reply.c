@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "timing.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -24,14 +25,11 @@ http_reply_add_header(struct http_request *req, const char *name,
 static void
 access_log(struct http_request *req)
 {
-	struct timeval now;
 	double ms;
 
 	if (!req->server->cfg.access_log)
 		return;
-	gettimeofday(&now, NULL);
-	ms = (double)(now.tv_sec - req->started.tv_sec) * 1e3 +
-	    (double)(now.tv_usec - req->started.tv_usec) / 1e3;
+	ms = (timing_monotonic() - req->started) * 1e3;
 	/* The path only: a query may carry a password (the desktop URL). */
 	log_info("%s \"%s %s\" %d %" PRIu64 " %.2fms%s",
 	    req->conn != NULL ? req->conn->peer : "-", req->method_name,

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 static const char *log_program = "?";
 static enum log_level log_level = LOG_INFO;
 
@@ -114,20 +116,11 @@ log_msg(enum log_level level, const char *fmt, ...)
 	va_end(ap);
 }
 
-static double
-monotonic_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void
 log_rate_msg(struct log_rate *rate, enum log_level level, const char *fmt,
     ...)
 {
-	double now = monotonic_seconds();
+	double now = timing_monotonic();
 	va_list ap;
 
 	if (!log_enabled(level))

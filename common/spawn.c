@@ -16,6 +16,7 @@
 
 #include "fdio.h"
 #include "log.h"
+#include "timing.h"
 #include "xmalloc.h"
 
 /* After the child exits, how long its background children may keep the
@@ -279,8 +280,7 @@ arm_timeout(struct spawn *sp, double seconds)
 
 	if (!(seconds > 0))
 		return;
-	tv.tv_sec = (time_t)seconds;
-	tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(seconds);
 	if (sp->timer == NULL)
 		sp->timer = evtimer_new(sp->base, timeout_cb, sp);
 	evtimer_add(sp->timer, &tv);

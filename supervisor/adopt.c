@@ -17,7 +17,6 @@
 #include <event2/event.h>
 
 #include "backend.h"
-#include "egress.h"
 #include "log.h"
 #include "oss.h"
 #include "xmalloc.h"
@@ -79,6 +78,17 @@ handed_out(json_t *rec)
 	    json_is_true(json_object_get(rec, "for_pool"))));
 }
 
+/* sb as the state file saved it. */
+static void
+read_record(struct sandbox *sb, json_t *rec)
+{
+	struct error err;
+
+	if (sandbox_record_read(sb, rec, SANDBOX_STATE, &err) < 0)
+		log_warn("adopt: %s: its saved %s; the type's policy holds",
+		    sb->name, err.msg);
+}
+
 /* FILE_SYSTEM=oss: a released record whose workspace is not uploaded yet
  * (sandboxd stopped first, or the store failed); its release uploads it,
  * in the background: adoption does not wait for the store. */
@@ -96,15 +106,7 @@ upload_later(json_t *rec)
 		return;
 	}
 	sb = sandbox_new(type);
-	snprintf(sb->id, sizeof sb->id, "%s",
-	    json_string_value(json_object_get(rec, "id")));
-	free(sb->name);
-	sb->name = xstrdup(name);
-	sb->mount_dir = xstrdup(json_string_value(json_object_get(rec,
-	    "mount_dir")));
-	sb->owns_mount = json_is_true(json_object_get(rec, "owns_mount"));
-	sb->storage_path = xstrdup(json_string_value(json_object_get(rec,
-	    "storage_path")));
+	read_record(sb, rec);
 	sb->state = SB_RELEASED;
 	sb->workspace_unsaved = 1;
 	sandbox_changed(sb);
@@ -164,45 +166,15 @@ restore(json_t *rec, const struct sandbox_type *type,
     const struct backend_container *c)
 {
 	struct sandbox *sb = sandbox_new(type);
-	const char *s;
-	json_t *meta = json_object_get(rec, "meta");
-	struct error err;
 
-	snprintf(sb->id, sizeof sb->id, "%s",
-	    json_string_value(json_object_get(rec, "id")));
-	free(sb->name);
-	sb->name = xstrdup(json_string_value(json_object_get(rec, "name")));
-	snprintf(sb->token, sizeof sb->token, "%s",
-	    json_string_value(json_object_get(rec, "token")));
+	read_record(sb, rec);
+	/* Not ready until its agent answers: the saved state is the one it
+	 * comes back in then (saved_state). */
+	sb->state = SB_CREATING;
+	free(sb->container_id);
 	sb->container_id = xstrdup(c->id);
-	if ((s = json_string_value(json_object_get(rec, "image"))) != NULL) {
-		free(sb->image);
-		sb->image = xstrdup(s);
-	}
-	sb->port = (int)json_integer_value(json_object_get(rec, "port"));
-	if ((s = json_string_value(json_object_get(rec, "mount_dir"))) != NULL)
-		sb->mount_dir = xstrdup(s);
-	sb->owns_mount = json_is_true(json_object_get(rec, "owns_mount"));
-	if ((s = json_string_value(json_object_get(rec, "storage_path"))) !=
-	    NULL)
-		sb->storage_path = xstrdup(s);
-	if ((s = json_string_value(json_object_get(rec, "session"))) != NULL) {
-		sb->session = xstrdup(s);
-		sessions_ensure(s);
-	}
-	if (json_is_object(meta))
-		json_object_update(sb->meta, meta);
-	if (json_object_get(rec, "network") != NULL && egress_network_check(
-	    json_object_get(rec, "network"), "network", &sb->network,
-	    &err) < 0)
-		log_warn("adopt: %s: its saved %s; the type's policy holds",
-		    sb->name, err.msg);
-	sb->for_pool = json_is_true(json_object_get(rec, "for_pool"));
-	if (json_is_number(json_object_get(rec, "created_at")))
-		sb->created_at = json_number_value(json_object_get(rec,
-		    "created_at"));
-	if (json_is_number(json_object_get(rec, "timeout")))
-		sb->timeout = json_number_value(json_object_get(rec, "timeout"));
+	if (sb->session != NULL)
+		sessions_ensure(sb->session);
 	sb->sock_dir = xasprintf("%s/run/%s", sd.cfg.state_dir, sb->id);
 	sb->agent_addr = xstrdup(c->agent_addr);
 	sandbox_changed(sb);
@@ -308,7 +280,7 @@ adopt_one(struct adoption *a, const struct backend_container *c)
 		return;
 	}
 	a->pending++;
-	health_probe(sb, ADOPT_PROBE_TIMEOUT, probed_cb, a);
+	agent_probe(sb, ADOPT_PROBE_TIMEOUT, probed_cb, a);
 }
 
 /* Socket directories no record owns (a crash between steps). */

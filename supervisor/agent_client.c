@@ -12,8 +12,12 @@
  * shorter than the caller's would kill work the caller asked for, so the
  * relay waits that long plus a margin for the answer to come back.
  *
- * agent_call_json answers through its callback, always after it returned,
- * also when the call cannot even start (defer.c).
+ * A probe asks the agent for /healthz with its token (a create waits for
+ * it, the health rounds and adoption ask it); its reason, when it says it
+ * is not healthy, is kept short and printable.
+ *
+ * agent_call_json and agent_probe answer through their callbacks, always
+ * after they returned, also when the call cannot even start (defer.c).
  */
 #include "sandboxd.h"
 
@@ -38,6 +42,8 @@
 /* The longest "timeout" the agent takes, and how long after it fires
  * its answer may take (an IPython cell is interrupted, then killed). */
 #define AGENT_MAX_TIMEOUT (7 * 24 * 3600.0)
+/* Characters of an agent's reason that a failed probe keeps. */
+#define PROBE_DETAIL_MAX 200
 #define TIMEOUT_MARGIN 60.0
 
 /* One agent_call_json in flight; holds a reference to sb. */
@@ -383,4 +389,106 @@ agent_relay(struct http_request *req, struct sandbox *sb, const char *target,
 	}
 	http_request_on_close(req, relay_close_cb, rl);
 	http_request_on_drain(req, relay_drain_cb, rl);
+}
+
+/* One probe in flight; holds a reference to its sandbox. */
+struct probe {
+	struct sandbox *sb;
+	agent_probe_cb done;
+	void *arg;
+	char *auth;
+	struct error err;	/* a probe that could not start */
+};
+
+/* Why the agent says it is not healthy (a desktop not drawn yet...): its
+ * answer's "detail", printable ASCII and short (it goes into our log and
+ * the model's "error"), or "". */
+static void
+agent_detail(struct http_client_request *r, char *out, size_t size)
+{
+	struct evbuffer *body = http_client_body(r);
+	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
+	json_t *j = len > 0 ? json_loadb((const char *)evbuffer_pullup(body,
+	    -1), len, 0, NULL) : NULL;
+	const char *detail = json_string_value(json_object_get(j, "detail"));
+	size_t n = 0;
+
+	for (; detail != NULL && *detail != '\0' && n + 1 < size &&
+	    n < PROBE_DETAIL_MAX; detail++) {
+		if (*detail >= 0x20 && *detail < 0x7f)
+			out[n++] = *detail;
+	}
+	out[n] = '\0';
+	json_decref(j);
+}
+
+static void
+probe_done_cb(struct http_client_request *r, const struct error *err,
+    void *arg)
+{
+	struct probe *p = arg;
+	char why[ERROR_MSG_MAX] = "", detail[PROBE_DETAIL_MAX + 1];
+	int ok = 0;
+
+	if (err != NULL) {
+		struct error e = *err;
+
+		redact_error(&e, p->sb->agent_addr);
+		snprintf(why, sizeof why, "%s", e.msg);
+	} else if (http_client_status(r) != 200) {
+		agent_detail(r, detail, sizeof detail);
+		snprintf(why, sizeof why, "/healthz answered HTTP %d%s%s",
+		    http_client_status(r), *detail != '\0' ? ": " : "", detail);
+	} else {
+		ok = 1;
+	}
+	p->done(p->sb, ok, why, p->arg);
+	sandbox_unref(p->sb);
+	free(p->auth);
+	free(p);
+}
+
+/* The probe could not start: its error, from the loop (the contract). */
+static void
+probe_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct probe *p = arg;
+
+	(void)fd;
+	(void)what;
+	p->done(p->sb, 0, p->err.msg, p->arg);
+	sandbox_unref(p->sb);
+	free(p->auth);
+	free(p);
+}
+
+void
+agent_probe(struct sandbox *sb, double timeout, agent_probe_cb done,
+    void *arg)
+{
+	struct http_client_options opts = { 0 };
+	struct http_client_callbacks cb = { 0 };
+	struct probe *p = xcalloc(1, sizeof *p);
+	const char *headers[2];
+	char *target = agent_target(sb, "/healthz");
+
+	p->sb = sb;
+	p->done = done;
+	p->arg = arg;
+	p->auth = xasprintf("Authorization: Bearer %s", sb->token);
+	headers[0] = p->auth;
+	headers[1] = NULL;
+	opts.addr = sb->agent_addr;
+	opts.method = "GET";
+	opts.target = target;
+	opts.headers = headers;
+	opts.timeout = timeout;
+	opts.max_response = 4096;
+	cb.on_done = probe_done_cb;
+	sandbox_ref(sb);
+	if (http_client_start(sd.base, &opts, &cb, p, &p->err) == NULL) {
+		redact_error(&p->err, sb->agent_addr);
+		sandboxd_defer(probe_refused_cb, p);
+	}
+	free(target);
 }

@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "jsonx.h"
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define CHECK_HEALTH_TIMEOUT 5.0
@@ -147,7 +148,7 @@ rpc_sandbox(struct http_request *req, const char *what, json_t *args)
 		api_reply_rpc_error(req, what, &err);
 		return NULL;
 	}
-	sb = sandbox_find(identity);
+	sb = sandbox_resolve(identity);
 	if (sb == NULL) {
 		error_set(&err, 404, "no sandbox %s", identity);
 		api_reply_rpc_error(req, what, &err);
@@ -296,7 +297,7 @@ rpc_get_status(struct http_request *req, const char *what, json_t *args)
 
 	sb = rpc_sandbox(req, what, args);
 	/* Another instance's backend: its record says. */
-	if (sb != NULL && shared_is_remote(sb))
+	if (sb != NULL && sb->owner != NULL)
 		reply_data(req, json_string(sb->state == SB_RELEASING ?
 		    "released" : sb->state == SB_PAUSED ? "paused" : "running"));
 	else if (sb != NULL && (sb->state == SB_RELEASED ||
@@ -339,7 +340,7 @@ rpc_check_health(struct http_request *req, const char *what, json_t *args)
 	    sb->state == SB_PAUSED || sb->state == SB_CREATING))
 		reply_data(req, json_false());
 	else if (sb != NULL)
-		health_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
+		agent_probe(sb, CHECK_HEALTH_TIMEOUT, health_cb,
 		    rpc_new(req, what, args));
 }
 
@@ -621,7 +622,7 @@ rpc_lookup_first(struct http_request *req, const struct rpc_method *m,
 	int rc;
 
 	if (!shared_enabled() || (id == NULL && session == NULL) ||
-	    (id != NULL && sandbox_find(id) != NULL))
+	    (id != NULL && sandbox_resolve(id) != NULL))
 		return 0;
 	l = xcalloc(1, sizeof *l);
 	l->req = req;

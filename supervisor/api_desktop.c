@@ -152,26 +152,18 @@ serve_file(struct http_request *req, struct sandbox *sb, const char *raw)
 static void
 route_desktop(struct http_request *req, void *arg)
 {
-	const char *raw = http_request_raw_target(req);
 	enum desktop_access access;
 	struct sandbox *sb;
+	const char *raw;
 	char *identity;
-	size_t idlen = 0;
 
 	(void)arg;
-	/* Matched on the decoded path; the raw one, passed on as sent,
-	 * must spell the prefix plainly too. */
-	if (strncmp(raw, "/desktop/", 9) == 0) {
-		raw += 9;
-		idlen = strcspn(raw, "/?");
-	}
-	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &identity) < 0) {
+	sb = sandbox_from_path(req, "/desktop/", &identity, &raw);
+	if (identity == NULL) {
 		/* Before auth: nothing of the client's in the answer. */
 		http_reply_error(req, 404, "no sandbox named in the path");
 		return;
 	}
-	sb = sandbox_find(identity);
-	raw += idlen;
 	access = authorize(req, sb, *raw == '/');
 	if (access == DESKTOP_DENIED) {
 		free(identity);

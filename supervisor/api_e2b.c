@@ -30,6 +30,7 @@
 #include <event2/buffer.h>
 
 #include "jsonx.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define MAX_SEGMENTS 6
@@ -369,7 +370,7 @@ api_e2b_done_cb(struct sandbox *sb, const struct error *err, void *arg)
 static int
 owner_only(struct http_request *req, struct sandbox *sb, const char *what)
 {
-	if (!shared_is_remote(sb))
+	if (sb->owner == NULL)
 		return 0;
 	api_e2b_reply_error(req, 421, "sandbox %s belongs to sandboxd instance "
 	    "%s: %s it through that instance", sb->name, sb->owner, what);
@@ -512,7 +513,7 @@ sampled_cb(struct sandbox *sb, const struct sandbox_stats *st,
     const struct error *err, void *arg)
 {
 	struct e2b_metrics *m = arg;
-	double now = sandboxd_now();
+	double now = timing_wall();
 	json_t *list = json_array();
 	char ts[32];
 

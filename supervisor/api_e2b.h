@@ -75,10 +75,6 @@ json_t *api_e2b_fields(const struct sandbox *sb);
 /* The E2B sandbox of an id: made through E2B's API, not released or
  * going; NULL otherwise. */
 struct sandbox *api_e2b_find(const char *id);
-/* Every sandbox this instance knows, ours then the other instances'
- * (REDIS_ENABLED): for (sb = api_e2b_first(); sb; sb = api_e2b_next(sb)) */
-struct sandbox *api_e2b_first(void);
-struct sandbox *api_e2b_next(struct sandbox *sb);
 /* The sandbox type of a template, or NULL. */
 const struct sandbox_type *api_e2b_template_type(const char *tmpl);
 /* E2B's fields of a new sandbox (new reference). */

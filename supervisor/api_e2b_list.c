@@ -221,7 +221,8 @@ api_e2b_list(struct http_request *req, int v2)
 		}
 		token_off = (int)(end + 1 - token);
 	}
-	for (sb = api_e2b_first(); sb != NULL; sb = api_e2b_next(sb)) {
+	for (sb = sandbox_resolve_first(); sb != NULL;
+	    sb = sandbox_resolve_next(sb)) {
 		int m = listed(sb, &q, &err);
 
 		if (m < 0)

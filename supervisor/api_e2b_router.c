@@ -33,6 +33,7 @@
 #include <nettle/sha2.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define ENVD_PORT	"49983"
@@ -104,7 +105,7 @@ signature_is(struct http_request *req, const struct sandbox *sb)
 		char *end;
 		double at = strtod(exp, &end);
 
-		if (end == exp || *end != '\0' || at < sandboxd_now())
+		if (end == exp || *end != '\0' || at < timing_wall())
 			return 0;
 	}
 	api_e2b_token(sb, E2B_TOKEN_ENVD, token);
@@ -263,7 +264,8 @@ signed_by(struct http_request *req)
 {
 	struct sandbox *sb;
 
-	for (sb = api_e2b_first(); sb != NULL; sb = api_e2b_next(sb)) {
+	for (sb = sandbox_resolve_first(); sb != NULL;
+	    sb = sandbox_resolve_next(sb)) {
 		if (api_e2b_fields(sb) != NULL && api_e2b_secure(sb) &&
 		    sb->state != SB_RELEASED && sb->state != SB_RELEASING &&
 		    signature_is(req, sb))

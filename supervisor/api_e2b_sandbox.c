@@ -58,31 +58,12 @@ api_e2b_find(const char *id)
 
 	if (id == NULL || strlen(id) > E2B_ID_MAX)
 		return NULL;
-	sb = sandbox_find(id);
+	sb = sandbox_resolve(id);
 	if (sb == NULL || api_e2b_fields(sb) == NULL ||
 	    sb->state == SB_CREATING || sb->state == SB_RELEASING ||
 	    sb->state == SB_RELEASED)
 		return NULL;
 	return sb;
-}
-
-struct sandbox *
-api_e2b_first(void)
-{
-	struct sandbox *sb = sandbox_first();
-
-	return sb != NULL || !shared_enabled() ? sb : shared_first();
-}
-
-struct sandbox *
-api_e2b_next(struct sandbox *sb)
-{
-	struct sandbox *next = sandbox_next(sb);
-
-	/* The end of ours: the other instances' records follow. */
-	if (next == NULL && !shared_is_remote(sb) && shared_enabled())
-		next = shared_first();
-	return next;
 }
 
 const struct sandbox_type *
@@ -109,7 +90,7 @@ api_e2b_new_fields(const char *tmpl, json_t *metadata, double timeout,
     int pause_on_timeout, int secure)
 {
 	json_t *e = json_object();
-	double now = sandboxd_now();
+	double now = timing_wall();
 
 	json_object_set_new(e, "template", json_string(tmpl));
 	json_object_set_new(e, "metadata", metadata != NULL ?
@@ -153,13 +134,6 @@ api_e2b_token(const struct sandbox *sb, enum api_e2b_token which,
 	explicit_bzero(digest, sizeof digest);
 }
 
-static void
-fields_changed(struct sandbox *sb)
-{
-	sandbox_changed(sb);
-	state_dirty();
-}
-
 /* Seconds its timeout has left, from the clock that decides where this
  * instance knows it; -1 when it has none (paused). */
 static double
@@ -168,10 +142,10 @@ time_left(const struct sandbox *sb)
 	json_t *end = json_object_get(api_e2b_fields(sb), "end_at");
 
 	if (sb->ends_at > 0)
-		return sb->ends_at - sandboxd_monotonic();
+		return sb->ends_at - timing_monotonic();
 	if (!json_is_number(end))
 		return -1;
-	return json_number_value(end) - sandboxd_now();
+	return json_number_value(end) - timing_wall();
 }
 
 void
@@ -181,10 +155,10 @@ api_e2b_set_end(struct sandbox *sb, double seconds, int extend)
 
 	if (e == NULL || (extend && time_left(sb) >= seconds))
 		return;
-	sb->ends_at = sandboxd_monotonic() + seconds;
-	json_object_set_new(e, "end_at", json_real(sandboxd_now() + seconds));
+	sb->ends_at = timing_monotonic() + seconds;
+	json_object_set_new(e, "end_at", json_real(timing_wall() + seconds));
 	json_object_set_new(e, "timeout", json_real(seconds));
-	fields_changed(sb);
+	sandbox_changed(sb);
 }
 
 void
@@ -196,7 +170,7 @@ api_e2b_stop_clock(struct sandbox *sb)
 		return;
 	sb->ends_at = 0;
 	json_object_set_new(e, "end_at", json_null());
-	fields_changed(sb);
+	sandbox_changed(sb);
 }
 
 const char *
@@ -365,7 +339,7 @@ ended_cb(struct sandbox *sb, const struct error *err, void *arg)
 		log_warn("sandbox %s: its E2B timeout ended, but it could not "
 		    "be %s: %s", sb->name, paused ? "paused" : "released",
 		    err->msg);
-		sb->ends_at = sandboxd_monotonic() + RETRY_S;
+		sb->ends_at = timing_monotonic() + RETRY_S;
 	} else if (paused) {
 		api_e2b_stop_clock(sb);
 	}
@@ -392,7 +366,7 @@ end(struct sandbox *sb, json_t *e)
 static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	double mono = sandboxd_monotonic(), now = sandboxd_now();
+	double mono = timing_monotonic(), now = timing_wall();
 	struct sandbox *sb, *next;
 
 	(void)fd;

@@ -185,7 +185,7 @@ fail_call(struct mcp_call *c, const struct error *e)
 static struct sandbox *
 session_box(struct mcp_session *s, struct error *e)
 {
-	struct sandbox *sb = sandbox_find(s->box);
+	struct sandbox *sb = sandbox_resolve(s->box);
 
 	if (sb == NULL || sb->state == SB_RELEASED ||
 	    sb->state == SB_RELEASING) {
@@ -488,7 +488,7 @@ session_end(struct mcp_session *s, struct http_request *req)
 	*p = s->next;
 	nsessions--;
 	s->ended = 1;
-	sb = s->box != NULL ? sandbox_find(s->box) : NULL;
+	sb = s->box != NULL ? sandbox_resolve(s->box) : NULL;
 	log_info("MCP session %s ended%s%s", s->sb_session, sb != NULL ?
 	    ", releasing " : "", sb != NULL ? sb->name : "");
 	if (sb != NULL && sb->state != SB_RELEASED)
@@ -508,7 +508,7 @@ unbound(const struct mcp_session *s)
 
 	if (s->ncalls > 0 || s->creating)
 		return 0;
-	sb = s->box != NULL ? sandbox_find(s->box) : NULL;
+	sb = s->box != NULL ? sandbox_resolve(s->box) : NULL;
 	return sb == NULL || sb->state == SB_RELEASED ||
 	    sb->state == SB_RELEASING;
 }
@@ -520,7 +520,7 @@ static int
 make_room(void)
 {
 	struct mcp_session *s, *next, *lru = NULL;
-	double now = sandboxd_now();
+	double now = timing_monotonic();
 	size_t n = 0;
 
 	for (s = sessions; s != NULL; s = s->next) {
@@ -581,7 +581,7 @@ do_initialize(struct http_request *req, json_t *id, json_t *params)
 	token_random_hex_n(sbs, 8);
 	s->sb_session = xasprintf("mcp-%s", sbs);
 	s->type_name = xstrdup(type);
-	s->last_used = sandboxd_now();
+	s->last_used = timing_monotonic();
 	s->next = sessions;
 	sessions = s;
 	nsessions++;
@@ -620,7 +620,7 @@ request_session(struct http_request *req, json_t *id)
 		    "Session not found: unknown or ended " SESSION_HEADER);
 		return NULL;
 	}
-	s->last_used = sandboxd_now();
+	s->last_used = timing_monotonic();
 	return s;
 }
 

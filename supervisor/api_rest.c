@@ -297,26 +297,21 @@ sandbox_crud(struct http_request *req, struct sandbox *sb, const char *id,
 static void
 route_sandbox(struct http_request *req, void *arg)
 {
-	const char *raw = http_request_raw_target(req);
+	struct sandbox *sb;
 	const char *rest;
-	size_t idlen = 0;
 	char *id;
 
 	(void)arg;
-	if (strncmp(raw, "/v1/sandboxes/", 14) == 0) {
-		raw += 14;
-		idlen = strcspn(raw, "/?");
-	}
-	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &id) < 0) {
+	sb = sandbox_from_path(req, "/v1/sandboxes/", &id, &rest);
+	if (id == NULL) {
 		http_reply_error(req, 404, "Not Found");
 		return;
 	}
-	rest = raw + idlen;
 	if (strncmp(rest, "/agent", 6) == 0 && (rest[6] == '/' ||
 	    rest[6] == '?' || rest[6] == '\0'))
-		sandbox_proxy(req, sandbox_find(id), id, rest + 6);
+		sandbox_proxy(req, sb, id, rest + 6);
 	else
-		sandbox_crud(req, sandbox_find(id), id, rest);
+		sandbox_crud(req, sb, id, rest);
 	free(id);
 }
 
@@ -332,7 +327,7 @@ connect_finish(struct connect *c)
 
 		/* All or nothing: what this connect made goes again. */
 		json_array_foreach(c->created, i, name) {
-			sb = sandbox_find(json_string_value(name));
+			sb = sandbox_resolve(json_string_value(name));
 			if (sb != NULL)
 				lifecycle_release(sb, NULL, NULL);
 		}
@@ -531,7 +526,7 @@ route_session_release(struct http_request *req, void *arg)
 	r->names = sessions_mapping(r->session);
 	r->pending = 1;
 	json_array_foreach(r->names, i, name) {
-		struct sandbox *sb = sandbox_find(json_string_value(name));
+		struct sandbox *sb = sandbox_resolve(json_string_value(name));
 
 		if (sb != NULL) {
 			r->pending++;

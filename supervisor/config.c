@@ -20,6 +20,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define NOPTIONS	sandboxd_noptions
@@ -414,4 +415,19 @@ sandboxd_config_free(struct sandboxd_config *c)
 	config_list_free(&c->allowed_mounts);
 	config_list_free(&c->e2b_aliases);
 	free_ro_mounts(c);
+}
+
+char *
+sandboxd_base_url(const struct sandboxd_config *cfg)
+{
+	const char *host = cfg->host;
+
+	if (cfg->public_url != NULL)
+		return xstrdup(cfg->public_url);
+	if (strcmp(host, "0.0.0.0") == 0)
+		host = "127.0.0.1";
+	if (strchr(host, ':') != NULL)
+		return xasprintf("http://[%s]:%ld", strcmp(host, "::") == 0 ?
+		    "::1" : host, cfg->port);
+	return xasprintf("http://%s:%ld", host, cfg->port);
 }

@@ -11,7 +11,8 @@
  * holds RELAY_HIGH). Any other answer goes to the viewer as it came.
  *
  * Each viewer holds a reference to its sandbox and is listed, so that
- * releasing the sandbox, and sandboxd's shutdown, closes its viewers.
+ * releasing the sandbox (heard through the table's hook), and sandboxd's
+ * shutdown, closes its viewers.
  */
 #include "sandboxd.h"
 
@@ -506,16 +507,26 @@ end(struct desktop_relay *r, const char *why)
 	}
 }
 
-void
-desktop_relay_close_sandbox(struct sandbox *sb)
+/* A sandbox going closes its viewers at once. */
+static void
+changed_cb(struct sandbox *sb, void *arg)
 {
 	struct desktop_relay *r, *next;
 
+	(void)arg;
+	if (sb->state != SB_RELEASING && sb->state != SB_RELEASED && sb->listed)
+		return;
 	for (r = TAILQ_FIRST(&relays); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, entry);
 		if (r->sb == sb)
 			end(r, "the sandbox is being released");
 	}
+}
+
+void
+desktop_relay_init(void)
+{
+	sandbox_hook_add(changed_cb, NULL);
 }
 
 void

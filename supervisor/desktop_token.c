@@ -66,7 +66,7 @@ char *
 desktop_url(const struct sandbox *sb, enum desktop_access access)
 {
 	char token[TOKEN_HEX_LEN];
-	char *base = sandboxd_base_url(), *url;
+	char *base = sandboxd_base_url(&sd.cfg), *url;
 
 	desktop_token(sb, access, token);
 	url = xasprintf("%s/desktop/%s/vnc/vnc_relay.html?password=%s%s", base,

@@ -191,7 +191,7 @@ query_free(struct egress_query *q)
 static void
 remember(struct egress *e, const char *addr, double until)
 {
-	double now = sandboxd_monotonic();
+	double now = timing_monotonic();
 	const char *k;
 	json_t *v, *tmp;
 
@@ -213,7 +213,7 @@ remember(struct egress *e, const char *addr, double until)
 static double
 remembered(const struct egress *e, char *const *addrs, size_t n)
 {
-	double now = sandboxd_monotonic(), left = -1;
+	double now = timing_monotonic(), left = -1;
 
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_object_get(e->names_in, addrs[i]);
@@ -319,7 +319,7 @@ allow_addresses(struct egress_query *q, char type, int count, int ttl,
 		return;
 	}
 	add_records(q, type, count, ttl, addresses);
-	q->until = sandboxd_monotonic() + (ttl > EGRESS_MIN_TTL ? ttl :
+	q->until = timing_monotonic() + (ttl > EGRESS_MIN_TTL ? ttl :
 	    EGRESS_MIN_TTL);
 	q->flushes = q->eg->names_flushes;
 	q->job = egress_nft_job(q->eg->netns, names_in_cb, q);

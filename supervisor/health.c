@@ -1,8 +1,7 @@
 /*
- * Health: one probe asks an agent for /healthz with its token; a round,
- * every SANDBOXD_HEALTH_INTERVAL seconds, asks the backend in one call
- * which of our containers are not running and probes each ready sandbox
- * (a paused one is not: its agent is frozen on purpose). A warm
+ * Health: a round, every SANDBOXD_HEALTH_INTERVAL seconds, asks the
+ * backend in one call which of our containers are not running and probes
+ * each ready sandbox (a paused one is not: its agent is frozen on purpose). A warm
  * (pool) sandbox whose container died or whose agent stopped answering is
  * released, and the pool makes a new one; a sandbox in use is marked
  * unhealthy and reported, never swapped behind its user's back.
@@ -14,9 +13,8 @@
  * sandboxes it is ~1.7 MB of JSON that dockerd builds and we parse, every
  * round, where the stopped ones are usually none (a gone container's agent
  * also fails its probes meanwhile). Records and containers are matched
- * through sorted lists: thousands of comparisons a round, not millions. A
- * probe answers through its callback after health_probe returned, also one
- * that cannot start (defer.c).
+ * through sorted lists: thousands of comparisons a round, not millions.
+ * Each probe is agent_probe's (agent_client.c).
  */
 #include "sandboxd.h"
 
@@ -27,28 +25,16 @@
 #include <event2/event.h>
 
 #include "backend.h"
-#include "http_client.h"
 #include "log.h"
 #include "xmalloc.h"
 
 /* Probes that fail in a row before a sandbox counts as unhealthy. */
 #define HEALTH_FAILURES 2
 #define ROUND_PROBE_TIMEOUT 5.0
-/* Characters of an agent's reason that a failed probe keeps. */
-#define HEALTH_DETAIL_MAX 200
 /* Released records kept for get_info. */
 #define RELEASED_KEEP 1000
 /* Rounds between lists of all our containers (see above). */
 #define FULL_LIST_EVERY 6
-
-/* One probe in flight; holds a reference to its sandbox. */
-struct probe {
-	struct sandbox *sb;
-	health_probe_cb done;
-	void *arg;
-	char *auth;
-	struct error err;	/* a probe that could not start */
-};
 
 static struct event *round_ev;
 static int round_running;
@@ -59,99 +45,6 @@ static int round_full;		/* this round lists every container */
  * judged next round, not by a list that may show its container before it
  * started. */
 static double round_listed_at;
-
-/* Why the agent says it is not healthy (a desktop not drawn yet...): its
- * answer's "detail", printable ASCII and short (it goes into our log and
- * the model's "error"), or "". */
-static void
-agent_detail(struct http_client_request *r, char *out, size_t size)
-{
-	struct evbuffer *body = http_client_body(r);
-	size_t len = body != NULL ? evbuffer_get_length(body) : 0;
-	json_t *j = len > 0 ? json_loadb((const char *)evbuffer_pullup(body,
-	    -1), len, 0, NULL) : NULL;
-	const char *detail = json_string_value(json_object_get(j, "detail"));
-	size_t n = 0;
-
-	for (; detail != NULL && *detail != '\0' && n + 1 < size &&
-	    n < HEALTH_DETAIL_MAX; detail++) {
-		if (*detail >= 0x20 && *detail < 0x7f)
-			out[n++] = *detail;
-	}
-	out[n] = '\0';
-	json_decref(j);
-}
-
-static void
-probe_done_cb(struct http_client_request *r, const struct error *err,
-    void *arg)
-{
-	struct probe *p = arg;
-	char why[ERROR_MSG_MAX] = "", detail[HEALTH_DETAIL_MAX + 1];
-	int ok = 0;
-
-	if (err != NULL) {
-		struct error e = *err;
-
-		redact_error(&e, p->sb->agent_addr);
-		snprintf(why, sizeof why, "%s", e.msg);
-	} else if (http_client_status(r) != 200) {
-		agent_detail(r, detail, sizeof detail);
-		snprintf(why, sizeof why, "/healthz answered HTTP %d%s%s",
-		    http_client_status(r), *detail != '\0' ? ": " : "", detail);
-	} else {
-		ok = 1;
-	}
-	p->done(p->sb, ok, why, p->arg);
-	sandbox_unref(p->sb);
-	free(p->auth);
-	free(p);
-}
-
-/* The probe could not start: its error, from the loop (the contract). */
-static void
-probe_refused_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct probe *p = arg;
-
-	(void)fd;
-	(void)what;
-	p->done(p->sb, 0, p->err.msg, p->arg);
-	sandbox_unref(p->sb);
-	free(p->auth);
-	free(p);
-}
-
-void
-health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
-    void *arg)
-{
-	struct http_client_options opts = { 0 };
-	struct http_client_callbacks cb = { 0 };
-	struct probe *p = xcalloc(1, sizeof *p);
-	const char *headers[2];
-	char *target = agent_target(sb, "/healthz");
-
-	p->sb = sb;
-	p->done = done;
-	p->arg = arg;
-	p->auth = xasprintf("Authorization: Bearer %s", sb->token);
-	headers[0] = p->auth;
-	headers[1] = NULL;
-	opts.addr = sb->agent_addr;
-	opts.method = "GET";
-	opts.target = target;
-	opts.headers = headers;
-	opts.timeout = timeout;
-	opts.max_response = 4096;
-	cb.on_done = probe_done_cb;
-	sandbox_ref(sb);
-	if (http_client_start(sd.base, &opts, &cb, p, &p->err) == NULL) {
-		redact_error(&p->err, sb->agent_addr);
-		sandboxd_defer(probe_refused_cb, p);
-	}
-	free(target);
-}
 
 static void
 released_cb(struct sandbox *sb, const struct error *err, void *arg)
@@ -313,7 +206,7 @@ listed_cb(const struct backend_container *v, size_t n,
 		if (sb->health_probing)
 			continue;
 		sb->health_probing = 1;
-		health_probe(sb, ROUND_PROBE_TIMEOUT, round_probe_cb, NULL);
+		agent_probe(sb, ROUND_PROBE_TIMEOUT, round_probe_cb, NULL);
 	}
 	free(sorted);
 	if (err == NULL && sd.ready && round_full)
@@ -330,7 +223,7 @@ round_cb(evutil_socket_t fd, short what, void *arg)
 	if (round_running || !sd.ready || sd.shutting_down)
 		return;
 	round_running = 1;
-	round_listed_at = sandboxd_now();
+	round_listed_at = timing_wall();
 	round_full = round_count++ % FULL_LIST_EVERY == 0;
 	sd.backend->ops->list_ours(sd.backend, state_instance(), !round_full,
 	    listed_cb, NULL);
@@ -341,9 +234,7 @@ health_init(void)
 {
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)sd.cfg.health_interval;
-	tv.tv_usec = (suseconds_t)((sd.cfg.health_interval -
-	    (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(sd.cfg.health_interval);
 	round_ev = event_new(sd.base, -1, EV_PERSIST, round_cb, NULL);
 	event_add(round_ev, &tv);
 }

@@ -21,6 +21,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* Told when a release ends; owned by the sandbox's waiter list. */
@@ -50,7 +51,7 @@ lifecycle_op_new(struct sandbox *sb, enum lifecycle_op_kind kind,
 	op->sb = sb;
 	op->done = done;
 	op->arg = arg;
-	op->started = sandboxd_now();
+	op->started = timing_monotonic();
 	op->delay = 0.005;
 	op->prev_state = sb->state;
 	sandbox_ref(sb);
@@ -165,7 +166,6 @@ static void
 released(struct lifecycle_op *op, const struct error *err)
 {
 	struct sandbox *sb = op->sb;
-	int was_pooled = op->prev_state == SB_WARM;
 
 	/* Creates that wait for this storage_path go on (a mark another
 	 * instance set when it asked for this release). */
@@ -179,8 +179,6 @@ released(struct lifecycle_op *op, const struct error *err)
 	}
 	lifecycle_notify_waiters(sb, err);
 	lifecycle_op_end(op);
-	if (was_pooled)
-		pool_refill();
 }
 
 static void
@@ -207,7 +205,7 @@ uploaded_cb(const struct error *err, void *arg)
 		/* Kept on this host, and in the state file, until an upload
 		 * goes through. */
 		sb->workspace_unsaved = 1;
-		state_dirty();
+		sandbox_changed(sb);
 		error_prefix(&e, "sandbox %s is released, but its workspace "
 		    "could not be uploaded to object storage (it is kept on "
 		    "this host; release the sandbox again to retry)", sb->name);
@@ -217,7 +215,7 @@ uploaded_cb(const struct error *err, void *arg)
 	}
 	if (sb->workspace_unsaved) {
 		sb->workspace_unsaved = 0;
-		state_dirty();
+		sandbox_changed(sb);
 	}
 	if (sb->owns_mount)
 		workspace_remove(sb->mount_dir, kept_cb, op);
@@ -281,7 +279,6 @@ begin_release(struct sandbox *sb)
 	struct lifecycle_op *op = lifecycle_op_new(sb, OP_RELEASE, NULL, NULL);
 
 	sandbox_set_state(sb, SB_RELEASING);
-	desktop_relay_close_sandbox(sb);
 	egress_free(sb->egress);
 	sb->egress = NULL;
 	sd.backend->ops->remove(sd.backend, lifecycle_backend_id(sb),
@@ -291,7 +288,7 @@ begin_release(struct sandbox *sb)
 void
 lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
-	if (shared_is_remote(sb) && sb->state != SB_RELEASED &&
+	if (sb->owner != NULL && sb->state != SB_RELEASED &&
 	    sb->state != SB_RELEASING) {
 		shared_release_remote(sb, done, arg);
 		return;
@@ -300,12 +297,12 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	    sb->op == NULL && !workspace_is_dir(sb->mount_dir)) {
 		/* Removed by hand meanwhile: nothing left to upload. */
 		sb->workspace_unsaved = 0;
-		state_dirty();
+		sandbox_changed(sb);
 	}
 	/* Released, its workspace not uploaded: this release uploads it
 	 * (or waits for the upload under way). */
 	if (sb->state == SB_RELEASED && sb->workspace_unsaved &&
-	    oss_enabled() && !shared_is_remote(sb)) {
+	    oss_enabled() && sb->owner == NULL) {
 		add_waiter(sb, done, arg);
 		if (sb->op == NULL) {
 			struct lifecycle_op *op = lifecycle_op_new(sb,
@@ -318,7 +315,7 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 		}
 		return;
 	}
-	if (sb->state == SB_RELEASED || (shared_is_remote(sb) &&
+	if (sb->state == SB_RELEASED || (sb->owner != NULL &&
 	    sb->state == SB_RELEASING)) {
 		if (done != NULL)
 			answer_later(sb, done, arg, NULL);
@@ -334,6 +331,22 @@ lifecycle_release(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	begin_release(sb);
 }
 
+/* Another instance asked for the release of one of ours (its record says
+ * so, signed). */
+static void
+release_asked(struct sandbox *sb)
+{
+	log_info("sandbox %s: release asked by another instance", sb->name);
+	lifecycle_release(sb, NULL, NULL);
+}
+
+void
+lifecycle_init(void)
+{
+	if (shared_enabled())
+		shared_on_release_asked(release_asked);
+}
+
 /* Starting, stopping, pausing and resuming. */
 
 /* 0 when sb is ours, released or not, and idle, else -1 and done gets
@@ -342,7 +355,7 @@ static int
 busy_error(struct sandbox *sb, const char *verb, sandbox_done_cb done,
     void *arg)
 {
-	if (shared_is_remote(sb))
+	if (sb->owner != NULL)
 		/* Only the owner talks to its backend. */
 		refuse(sb, done, arg, "sandbox %s belongs to sandboxd instance "
 		    "%s; %s it there", sb->name, sb->owner, verb);
@@ -515,7 +528,7 @@ static double
 cpu_used_pct(struct sandbox *sb, const struct backend_stats *bs,
     double cpus)
 {
-	double now = sandboxd_monotonic(), pct = 0;
+	double now = timing_monotonic(), pct = 0;
 
 	if (sb->cpu_at > 0 && now > sb->cpu_at && bs->cpu_ns >= sb->cpu_ns)
 		pct = 100.0 * (double)(bs->cpu_ns - sb->cpu_ns) /
@@ -599,7 +612,7 @@ lifecycle_stats(struct sandbox *sb, sandbox_stats_cb done, void *arg)
 	c->done = done;
 	c->arg = arg;
 	sandbox_ref(sb);
-	if (shared_is_remote(sb)) {
+	if (sb->owner != NULL) {
 		error_set(&c->err, 409, "sandbox %s belongs to sandboxd instance "
 		    "%s; ask it there", sb->name, sb->owner);
 	} else if (sb->container_id == NULL || sb->state == SB_CREATING ||

@@ -19,6 +19,7 @@
 #include "lifecycle_internal.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* How often a starting container is asked whether it died. */
@@ -50,7 +51,7 @@ static void
 create_succeeded(struct lifecycle_op *op)
 {
 	struct sandbox *sb = op->sb;
-	double took = sandboxd_now() - op->started;
+	double took = timing_monotonic() - op->started;
 
 	sandbox_set_state(sb, sb->for_pool ? SB_WARM : SB_RUNNING);
 	/* A session's clock starts when its sandbox is ready to use. */
@@ -82,7 +83,7 @@ probed_cb(struct sandbox *sb, int ok, const char *why, void *arg)
 		 * resume (lifecycle_stats). */
 		if (op->kind != OP_RESUME) {
 			sb->cpu_ns = 0;
-			sb->cpu_at = sandboxd_monotonic();
+			sb->cpu_at = timing_monotonic();
 		}
 		if (op->kind == OP_CREATE) {
 			create_succeeded(op);
@@ -146,7 +147,7 @@ status_cb(enum backend_state state, int exit_code, const struct error *err,
 	op->status_checking = 0;
 	/* The limit is the agent's, from its container's start: time the
 	 * status answer took (Docker busy with other calls) is not. */
-	op->deadline += sandboxd_now() - op->status_sent;
+	op->deadline += timing_monotonic() - op->status_sent;
 	if (err == NULL && state != BACKEND_RUNNING && state != BACKEND_CREATED) {
 		error_set(&op->err, 502, "sandbox %s: the container is %s (exit "
 		    "code %d) before its agent answered", sb->name,
@@ -163,7 +164,7 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lifecycle_op *op = arg;
 	struct sandbox *sb = op->sb;
-	double now = sandboxd_now();
+	double now = timing_monotonic();
 
 	(void)fd;
 	(void)what;
@@ -193,7 +194,7 @@ probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 		    op);
 		return;
 	}
-	health_probe(sb, PROBE_TIMEOUT, probed_cb, op);
+	agent_probe(sb, PROBE_TIMEOUT, probed_cb, op);
 }
 
 /* Ask the agent again shortly: quickly at first (its container runs
@@ -204,8 +205,7 @@ probe_next(struct lifecycle_op *op)
 {
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)op->delay;
-	tv.tv_usec = (suseconds_t)((op->delay - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(op->delay);
 	if (op->timer == NULL)
 		op->timer = evtimer_new(sd.base, probe_timer_cb, op);
 	evtimer_add(op->timer, &tv);
@@ -236,10 +236,10 @@ lifecycle_police_then_wait(struct lifecycle_op *op)
 void
 lifecycle_wait_healthy(struct lifecycle_op *op)
 {
-	op->deadline = sandboxd_now() + sd.cfg.create_timeout;
-	op->next_status_check = sandboxd_now() + STATUS_CHECK_INTERVAL;
+	op->deadline = timing_monotonic() + sd.cfg.create_timeout;
+	op->next_status_check = timing_monotonic() + STATUS_CHECK_INTERVAL;
 	op->delay = 0.001;
-	health_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
+	agent_probe(op->sb, PROBE_TIMEOUT, probed_cb, op);
 }
 
 static void
@@ -252,7 +252,6 @@ created_cb(const char *id, const char *agent_addr, const struct error *err,
 	if (id != NULL && sb->container_id == NULL) {
 		sb->container_id = xstrdup(id);
 		sandbox_changed(sb);
-		state_dirty();
 	}
 	if (agent_addr != NULL && sb->agent_addr == NULL)
 		sb->agent_addr = xstrdup(agent_addr);
@@ -306,7 +305,7 @@ create_sent_cb(void *arg)
 	struct lifecycle_op *op = arg;
 
 	metrics_create_queue_seconds(op->sb->type_name,
-	    sandboxd_now() - op->queued);
+	    timing_monotonic() - op->queued);
 }
 
 static void
@@ -399,7 +398,7 @@ start_container(struct lifecycle_op *op)
 	/* Other hosts' instances reach it there (REDIS_ENABLED). */
 	spec.host_ip = sd.cfg.redis_enabled ? sd.cfg.advertise_addr : NULL;
 	spec.sent = create_sent_cb;
-	op->queued = sandboxd_now();
+	op->queued = timing_monotonic();
 	sd.backend->ops->create(sd.backend, &spec, created_cb, op);
 	free(cmd);
 	free(env);
@@ -449,7 +448,6 @@ undo_finish(struct lifecycle_op *op)
 		op->done(sb, &err, op->arg);
 	sandbox_forget(sb);
 	lifecycle_op_end(op);
-	pool_refill();
 }
 
 static void
@@ -705,7 +703,6 @@ lifecycle_create(const struct create_request *creq, sandbox_done_cb done,
 		sandbox_forget(sb);
 		return NULL;
 	}
-	state_dirty();
 
 	op = lifecycle_op_new(sb, OP_CREATE, done, arg);
 	/* From object storage whatever is there (maybe nothing); from

@@ -51,7 +51,7 @@ police_new(struct sandbox *sb, sandbox_done_cb done, void *arg)
 	struct police *p = xcalloc(1, sizeof *p);
 
 	sandbox_ref(sb);
-	p->started = sandboxd_monotonic();
+	p->started = timing_monotonic();
 	p->sb = sb;
 	p->done = done;
 	p->arg = arg;
@@ -76,7 +76,7 @@ installed_cb(const struct error *err, void *arg)
 		p->failed = 1;
 	} else {
 		log_debug("sandbox %s: policed in %.1f ms", p->sb->name,
-		    (sandboxd_monotonic() - p->started) * 1e3);
+		    (timing_monotonic() - p->started) * 1e3);
 	}
 	police_end(p);
 }
@@ -139,12 +139,11 @@ changed_cb(const struct error *err, void *arg)
 	} else {
 		struct egress_policy pol;
 
+		json_decref(sb->network);
+		sb->network = json_incref(p->network);
 		egress_policy_build(&pol, sb->type->egress, p->network);
 		set_view(sb, &pol);
 		egress_policy_free(&pol);
-		json_decref(sb->network);
-		sb->network = json_incref(p->network);
-		state_dirty();
 		log_info("sandbox %s: egress policy changed", sb->name);
 	}
 	police_end(p);

@@ -14,6 +14,7 @@
 #include "lifecycle_internal.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 
 /* How often a restore looks again for a release of its storage_path. */
 #define HOLDER_POLL 0.2
@@ -53,11 +54,11 @@ wait_for_holder(struct lifecycle_op *op, const char *holder)
 	struct error err;
 
 	if (op->deadline == 0) {
-		op->deadline = sandboxd_now() + sd.cfg.create_timeout;
+		op->deadline = timing_monotonic() + sd.cfg.create_timeout;
 		log_info("sandbox %s: waiting for the release of %s, which holds "
 		    "storage_path %s", sb->name, holder, sb->storage_path);
 	}
-	if (sb->release_requested || sandboxd_now() > op->deadline) {
+	if (sb->release_requested || timing_monotonic() > op->deadline) {
 		error_set(&err, sb->release_requested ? 409 : 504, "sandbox %s: "
 		    "%s, which holds storage_path %s, is still being released "
 		    "after %.0f s", sb->name, holder, sb->storage_path,

@@ -21,6 +21,7 @@
 #include "egress.h"
 #include "log.h"
 #include "oss.h"
+#include "shared.h"
 #include "spawn.h"
 #include "xmalloc.h"
 
@@ -92,7 +93,7 @@ finish(void)
 			sd.exit_status = 1;
 		} else {
 			log_info("shutdown: removed all %zu sandboxes in %.1f s",
-			    shutdown_total, sandboxd_now() - shutdown_began);
+			    shutdown_total, timing_monotonic() - shutdown_began);
 		}
 	}
 	/* Redis learns what went before we leave. */
@@ -144,13 +145,13 @@ shutdown_progress(void)
 	log_info("shutdown: removed %zu of %zu sandboxes%s in %.1f s",
 	    shutdown_removed, shutdown_total, shutdown_failed > 0 ?
 	    " (some failed, retried by the last sweep)" : "",
-	    sandboxd_now() - shutdown_began);
+	    timing_monotonic() - shutdown_began);
 }
 
 static void
 shutdown_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	double now = sandboxd_now();
+	double now = timing_monotonic();
 	double stall = sd.cfg.shutdown_timeout / 2 < SHUTDOWN_STALL ?
 	    sd.cfg.shutdown_timeout / 2 : SHUTDOWN_STALL;
 
@@ -259,7 +260,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	health_stop();
 	sessions_stop();
 	api_e2b_timeouts_stop();
-	shutdown_began = sandboxd_now();
+	shutdown_began = timing_monotonic();
 	shutdown_deadline = shutdown_began + sd.cfg.shutdown_timeout;
 	shutdown_next_progress = shutdown_began + SHUTDOWN_PROGRESS_EVERY;
 	shutdown_last_done = shutdown_began;
@@ -374,7 +375,6 @@ setup(int argc, char **argv)
 	sd.base = event_base_new();
 	if (sd.base == NULL)
 		fatal("cannot create the event loop");
-	sd.started = sandboxd_now();
 	spawn_init(sd.base);
 	if (state_init(sd.cfg.state_dir, &err) < 0) {
 		fprintf(stderr, "sandboxd: %s\n", err.msg);
@@ -416,7 +416,9 @@ setup(int argc, char **argv)
 	}
 	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
+	desktop_relay_init();
 	api_e2b_timeouts_start();
+	lifecycle_init();
 	pool_init();
 	health_init();
 	adopt_start(adopted_cb, NULL);

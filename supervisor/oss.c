@@ -61,15 +61,6 @@ oss_enabled(void)
 	return enabled;
 }
 
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A storage_path or STORAGE_FOLDER as a key prefix: parts of UTF-8
  * without control characters, none empty, ".", ".." or ending in
  * OSS_META_SUFFIX (the store's own), the whole at most 512 bytes. */
@@ -397,7 +388,7 @@ static void
 report(struct oss_job *job)
 {
 	struct oss_stats *s = &job->stats;
-	double took = mono_now() - job->started;
+	double took = timing_monotonic() - job->started;
 	unsigned long long skipped = atomic_load(&s->skipped);
 
 	if (job->failed) {
@@ -458,7 +449,7 @@ submit(struct oss_job *job)
 {
 	static const struct timeval now = { 0, 0 };
 
-	job->started = mono_now();
+	job->started = timing_monotonic();
 	job->tmpdir = xstrdup(tmpdir);
 	job->next = jobs;
 	jobs = job;

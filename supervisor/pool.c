@@ -5,7 +5,11 @@
  * does not swamp the machine. A pool whose creates fail backs off before it
  * tries again, so a missing image does not become a busy loop. Every API
  * that hands out a sandbox goes through pool_take_or_create: from the pool
- * when it can, else a new one.
+ * when it can (with REDIS_ENABLED every instance's, shared_pool.c), else a
+ * new one; a warm one of ours is handed out in one place,
+ * pool_handed_out, also when another instance took it. The pools hear of
+ * room for creates (a release, a create that failed) through the table's
+ * hook, and of Redis coming back through shared_on_up.
  */
 #include "sandboxd.h"
 
@@ -15,6 +19,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 #define BACKOFF_FIRST 1.0
@@ -49,12 +54,6 @@ pool_is_pooled(const char *type_name)
 	return sd.cfg.pool_size > 0 && find(type_name) != NULL;
 }
 
-size_t
-pool_target(const char *type_name)
-{
-	return pool_is_pooled(type_name) ? (size_t)sd.cfg.pool_size : 0;
-}
-
 static size_t
 creating_for_pool(const char *type_name)
 {
@@ -73,18 +72,25 @@ static void
 schedule(double delay)
 {
 	struct timeval tv;
-	double due = sandboxd_now() + delay;
+	double due = timing_monotonic() + delay;
 
 	if (refill_ev == NULL)
 		return;
-	tv.tv_sec = (time_t)delay;
-	tv.tv_usec = (suseconds_t)((delay - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(delay);
 	/* An earlier run wins over a later one (of another pool, say). */
 	if (evtimer_pending(refill_ev, NULL) && refill_due <= due)
 		return;
 	refill_due = due;
 	evtimer_del(refill_ev);
 	evtimer_add(refill_ev, &tv);
+}
+
+/* A take that found nothing warm. */
+static void
+miss(const struct sandbox_type *type)
+{
+	metrics_count(M_POOL_MISSES, type->name);
+	pool_refill();
 }
 
 static void
@@ -99,7 +105,7 @@ created_cb(struct sandbox *sb, const struct error *err, void *arg)
 		p->backoff = p->backoff > 0 ? p->backoff * 2 : BACKOFF_FIRST;
 		if (p->backoff > BACKOFF_MAX)
 			p->backoff = BACKOFF_MAX;
-		p->retry_at = sandboxd_now() + p->backoff;
+		p->retry_at = timing_monotonic() + p->backoff;
 		log_warn("pool %s: create failed, retrying in %.0f s: %s",
 		    p->type->name, p->backoff, err->msg);
 		schedule(p->backoff);
@@ -124,8 +130,8 @@ fill(struct pool *p)
 		return;
 	/* The timer runs from the loop's clock, read before this one: it
 	 * may fire a little before retry_at, and must then come again. */
-	if (sandboxd_now() < p->retry_at) {
-		schedule(p->retry_at - sandboxd_now());
+	if (timing_monotonic() < p->retry_at) {
+		schedule(p->retry_at - timing_monotonic());
 		return;
 	}
 	creq.type = p->type;
@@ -138,7 +144,7 @@ fill(struct pool *p)
 			return;
 		if (lifecycle_create(&creq, created_cb, NULL, &err) == NULL) {
 			log_warn("pool %s: %s", name, err.msg);
-			p->retry_at = sandboxd_now() + BACKOFF_FIRST;
+			p->retry_at = timing_monotonic() + BACKOFF_FIRST;
 			schedule(BACKOFF_FIRST);
 			return;
 		}
@@ -165,30 +171,93 @@ pool_refill(void)
 		schedule(0);
 }
 
-/* A warm sandbox of this type, now RUNNING, or NULL. */
-static struct sandbox *
-take(const struct sandbox_type *type)
+void
+pool_handed_out(struct sandbox *sb, json_t *meta, const char *session)
 {
-	struct sandbox *sb;
-
-	if (!pool_is_pooled(type->name))
-		return NULL;
-	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
-		if (sb->state == SB_WARM && sb->op == NULL &&
-		    strcmp(sb->type_name, type->name) == 0)
-			break;
-	}
-	if (sb == NULL) {
-		metrics_count(M_POOL_MISSES, type->name);
-		pool_refill();
-		return NULL;
-	}
+	if (meta != NULL)
+		json_object_update(sb->meta, meta);
 	sandbox_set_state(sb, SB_RUNNING);
-	metrics_count(M_POOL_TAKES, type->name);
+	sessions_bind(sb, session);
+	metrics_count(M_POOL_TAKES, sb->type_name);
 	/* A moment later, so the answer to this take leaves first. */
 	if (sd.ready && !sd.shutting_down)
 		schedule(REFILL_AFTER_TAKE);
-	return sb;
+}
+
+/* A warm sandbox of this type of ours, or NULL. */
+static struct sandbox *
+warm_one(const struct sandbox_type *type)
+{
+	struct sandbox *sb;
+
+	for (sb = sandbox_first(); sb != NULL; sb = sandbox_next(sb)) {
+		if (sb->state == SB_WARM && sb->op == NULL &&
+		    strcmp(sb->type_name, type->name) == 0)
+			return sb;
+	}
+	return NULL;
+}
+
+/* A take from every instance's pools on its way; owns its copy of the
+ * request. */
+struct shared_wait {
+	struct create_request creq;
+	char *session;
+	json_t *meta;
+	sandbox_done_cb done;
+	void *arg;
+};
+
+static void
+shared_wait_free(struct shared_wait *w)
+{
+	free(w->session);
+	json_decref(w->meta);
+	free(w);
+}
+
+/* shared_take's answer: ours to hand out, another's taken, or nothing
+ * warm anywhere (a new one, as without Redis). */
+static void
+shared_taken_cb(struct sandbox *sb, const struct error *err, void *arg)
+{
+	struct shared_wait *w = arg;
+	struct error e;
+
+	if (err != NULL) {
+		w->done(NULL, err, w->arg);
+	} else if (sb == NULL) {
+		miss(w->creq.type);
+		if (lifecycle_create(&w->creq, w->done, w->arg, &e) == NULL)
+			w->done(NULL, &e, w->arg);
+	} else {
+		if (sb->owner == NULL)
+			pool_handed_out(sb, w->meta, w->session);
+		else
+			sessions_touch(w->session);
+		w->done(sb, NULL, w->arg);
+	}
+	shared_wait_free(w);
+}
+
+static int
+take_shared(const struct create_request *creq, sandbox_done_cb done,
+    void *arg, struct error *err)
+{
+	struct shared_wait *w = xcalloc(1, sizeof *w);
+
+	w->creq = *creq;
+	w->session = creq->session != NULL ? xstrdup(creq->session) : NULL;
+	w->meta = creq->meta != NULL ? json_deep_copy(creq->meta) : NULL;
+	w->creq.session = w->session;
+	w->creq.meta = w->meta;
+	w->done = done;
+	w->arg = arg;
+	if (shared_take(&w->creq, shared_taken_cb, w, err) < 0) {
+		shared_wait_free(w);
+		return -1;
+	}
+	return 0;
 }
 
 int
@@ -199,22 +268,37 @@ pool_take_or_create(const struct create_request *creq, int from_pool,
 	struct sandbox *sb;
 
 	*taken = NULL;
-	/* Every instance's warm ones, taken atomically in Redis. */
-	if (shared_enabled() && from_pool && creq->mount_dir == NULL &&
-	    creq->storage_path == NULL && creq->environment == NULL &&
-	    creq->network == NULL && pool_is_pooled(creq->type->name))
-		return shared_take(creq, done, arg, err);
 	if (from_pool && creq->mount_dir == NULL &&
 	    creq->storage_path == NULL && creq->environment == NULL &&
-	    creq->network == NULL && (sb = take(creq->type)) != NULL) {
-		if (creq->meta != NULL)
-			json_object_update(sb->meta, creq->meta);
-		sandbox_changed(sb);
-		sessions_bind(sb, creq->session);
-		*taken = sb;
-		return 0;
+	    creq->network == NULL && pool_is_pooled(creq->type->name)) {
+		/* Every instance's warm ones, taken atomically in Redis. */
+		if (shared_enabled())
+			return take_shared(creq, done, arg, err);
+		if ((sb = warm_one(creq->type)) != NULL) {
+			pool_handed_out(sb, creq->meta, creq->session);
+			*taken = sb;
+			return 0;
+		}
+		miss(creq->type);
 	}
 	return lifecycle_create(creq, done, arg, err) == NULL ? -1 : 0;
+}
+
+/* Room for creates: a release (a warm one gone, a place under
+ * MAX_SANDBOX_INSTANCES freed), a create that failed. */
+static void
+changed_cb(struct sandbox *sb, void *arg)
+{
+	(void)arg;
+	if (!sb->listed || sb->state == SB_RELEASED)
+		pool_refill();
+}
+
+/* Creates waited for Redis. */
+static void
+shared_up_cb(void)
+{
+	pool_refill();
 }
 
 void
@@ -225,6 +309,11 @@ pool_init(void)
 	for (size_t i = 0; i < npools; i++)
 		pools[i].type = sandbox_types_find(sd.cfg.pool_types.v[i]);
 	refill_ev = evtimer_new(sd.base, refill_cb, NULL);
+	sandbox_hook_add(changed_cb, NULL);
+	if (shared_enabled()) {
+		shared_on_up(shared_up_cb);
+		shared_on_take_asked(pool_handed_out);
+	}
 }
 
 void

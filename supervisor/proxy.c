@@ -364,24 +364,17 @@ proxy_forward_with(struct http_request *req, struct sandbox *sb,
 void
 proxy_route(struct http_request *req, void *arg)
 {
-	const char *raw = http_request_raw_target(req);
 	struct sandbox *sb;
+	const char *rest;
 	char *identity, *target;
-	size_t idlen = 0;
 
 	(void)arg;
-	/* The route matched the decoded path; the raw one (kept as sent for
-	 * the agent) must spell the prefix plainly too. */
-	if (strncmp(raw, "/proxy/", 7) == 0) {
-		raw += 7;
-		idlen = strcspn(raw, "/?");
-	}
-	if (idlen == 0 || http_percent_decode(raw, idlen, 0, &identity) < 0) {
+	sb = sandbox_from_path(req, "/proxy/", &identity, &rest);
+	if (identity == NULL) {
 		/* Before auth: nothing of the client's in the answer. */
 		http_reply_error(req, 404, "no sandbox named in the path");
 		return;
 	}
-	sb = sandbox_find(identity);
 	if (!proxy_authorized(req, sb)) {
 		free(identity);
 		http_reply_error(req, 401, "Authentication required");
@@ -393,8 +386,7 @@ proxy_route(struct http_request *req, void *arg)
 		return;
 	}
 	free(identity);
-	raw += idlen;
-	target = *raw == '/' ? xstrdup(raw) : xasprintf("/%s", raw);
+	target = *rest == '/' ? xstrdup(rest) : xasprintf("/%s", rest);
 	proxy_forward(req, sb, target);
 	free(target);
 }

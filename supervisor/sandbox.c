@@ -1,7 +1,10 @@
 /*
- * Sandbox records: the list of every sandbox this supervisor knows (live
- * ones and a bounded tail of released ones, whose records the spec keeps),
- * lookup by name or container id, and the container model clients see.
+ * The sandbox table: the records of this instance's sandboxes (live ones
+ * and a bounded tail of released ones, whose records the spec keeps),
+ * found by name or container id. It is the floor every service stands on and calls none of them: a
+ * change to a record (sandbox_changed, sandbox_set_state, sandbox_forget)
+ * is announced to the hooks that subscribed (the state file, Redis, the
+ * pools), and the other instances' records are sandbox_resolve's, above.
  */
 #include "sandboxd.h"
 
@@ -9,14 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <time.h>
 
 #include "log.h"
 #include "token.h"
 #include "xmalloc.h"
 
+/* Who is told of a change to one of our records; a handful. */
+#define HOOKS_MAX 8
+
 static struct sandbox_list sandboxes = TAILQ_HEAD_INITIALIZER(sandboxes);
+static struct {
+	sandbox_hook_cb cb;
+	void *arg;
+} hooks[HOOKS_MAX];
+static size_t nhooks;
 /* The backend's short forms of container ids (sandbox_set_id_match). */
 static int (*id_match)(const char *id, const char *identity);
 
@@ -38,27 +47,21 @@ sandbox_state_name(enum sandbox_state state)
 }
 
 int
+sandbox_state_parse(const char *name, enum sandbox_state *out)
+{
+	for (size_t i = 0; i < sizeof state_names / sizeof state_names[0]; i++) {
+		if (strcmp(state_names[i], name) == 0) {
+			*out = (enum sandbox_state)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int
 sandbox_state_live(enum sandbox_state state)
 {
 	return state != SB_RELEASED;
-}
-
-double
-sandboxd_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
-
-double
-sandboxd_monotonic(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 struct sandbox *
@@ -81,7 +84,7 @@ sandbox_new(const struct sandbox_type *type)
 	sb->timeout = type->timeout;
 	sb->meta = json_object();
 	sb->state = SB_CREATING;
-	sb->created_at = sb->updated_at = sandboxd_now();
+	sb->created_at = sb->updated_at = timing_wall();
 	sb->refs = 1;
 	sb->listed = 1;
 	TAILQ_INSERT_TAIL(&sandboxes, sb, entry);
@@ -133,24 +136,34 @@ sandbox_unref(struct sandbox *sb)
 }
 
 void
+sandbox_hook_add(sandbox_hook_cb cb, void *arg)
+{
+	if (nhooks == HOOKS_MAX)
+		fatal("more than %d sandbox hooks", HOOKS_MAX);
+	hooks[nhooks].cb = cb;
+	hooks[nhooks].arg = arg;
+	nhooks++;
+}
+
+static void
+announce(struct sandbox *sb)
+{
+	/* Another instance's record (the mirror's) is its owner's to keep. */
+	if (sb->owner != NULL)
+		return;
+	for (size_t i = 0; i < nhooks; i++)
+		hooks[i].cb(sb, hooks[i].arg);
+}
+
+void
 sandbox_forget(struct sandbox *sb)
 {
 	if (!sb->listed)
 		return;
 	sb->listed = 0;
 	TAILQ_REMOVE(&sandboxes, sb, entry);
-	state_dirty();
+	announce(sb);
 	sandbox_unref(sb);
-}
-
-struct sandbox *
-sandbox_find(const char *identity)
-{
-	struct sandbox *sb = sandbox_find_local(identity);
-
-	if (sb == NULL && identity != NULL && shared_enabled())
-		sb = shared_find(identity);
-	return sb;
 }
 
 void
@@ -160,7 +173,7 @@ sandbox_set_id_match(int (*match)(const char *id, const char *identity))
 }
 
 struct sandbox *
-sandbox_find_local(const char *identity)
+sandbox_find(const char *identity)
 {
 	struct sandbox *sb, *match = NULL;
 
@@ -233,9 +246,8 @@ void
 sandbox_set_state(struct sandbox *sb, enum sandbox_state state)
 {
 	sb->state = state;
-	sb->updated_at = sandboxd_now();
+	sb->updated_at = timing_wall();
 	sandbox_changed(sb);
-	state_dirty();
 }
 
 void
@@ -244,6 +256,7 @@ sandbox_changed(struct sandbox *sb)
 	free(sb->model_text);
 	sb->model_text = NULL;
 	sb->model_len = 0;
+	announce(sb);
 }
 
 int
@@ -303,110 +316,6 @@ sandbox_trim_released(size_t keep)
 			n--;
 		}
 	}
-}
-
-char *
-sandboxd_base_url(void)
-{
-	const char *host = sd.cfg.host;
-
-	if (sd.cfg.public_url != NULL)
-		return xstrdup(sd.cfg.public_url);
-	if (strcmp(host, "0.0.0.0") == 0)
-		host = "127.0.0.1";
-	if (strchr(host, ':') != NULL)
-		return xasprintf("http://[%s]:%ld", strcmp(host, "::") == 0 ?
-		    "::1" : host, sd.cfg.port);
-	return xasprintf("http://%s:%ld", host, sd.cfg.port);
-}
-
-char *
-sandbox_url(const struct sandbox *sb)
-{
-	char *base, *url;
-
-	/* Another instance's: where its owner published it. */
-	if (sb->port > 0 && shared_is_remote(sb) && !sb->via_owner &&
-	    strncmp(sb->agent_addr, "unix:", 5) != 0)
-		return xasprintf("http://%s", sb->agent_addr);
-	if (sb->port > 0 && sd.cfg.redis_enabled && sd.cfg.advertise_addr != NULL)
-		return xasprintf("http://%s:%d", sd.cfg.advertise_addr, sb->port);
-	if (sb->port > 0)
-		return xasprintf("http://127.0.0.1:%d", sb->port);
-	/* No network: the agent is reached through our proxy, which also
-	 * takes the sandbox's own token. The trailing slash makes the SDK's
-	 * urljoin(url, "fastapi") land under it. */
-	base = sandboxd_base_url();
-	url = xasprintf("%s/proxy/%s/", base, sb->name);
-	free(base);
-	return url;
-}
-
-static json_t *
-string_or_null(const char *s)
-{
-	return s != NULL ? json_string(s) : json_null();
-}
-
-json_t *
-sandbox_model(const struct sandbox *sb)
-{
-	json_t *m = json_object(), *ports = json_array();
-	char *url = sandbox_url(sb), *desktop;
-
-	if (sb->port > 0)
-		json_array_append_new(ports, json_integer(sb->port));
-	json_object_set_new(m, "session_id", json_string(sb->id));
-	json_object_set_new(m, "container_id", string_or_null(sb->container_id));
-	json_object_set_new(m, "container_name", json_string(sb->name));
-	json_object_set_new(m, "url", json_string(url));
-	json_object_set_new(m, "ports", ports);
-	json_object_set_new(m, "mount_dir", string_or_null(sb->mount_dir));
-	json_object_set_new(m, "storage_path", string_or_null(sb->storage_path));
-	json_object_set_new(m, "runtime_token", json_string(sb->token));
-	json_object_set_new(m, "version", json_string(sb->image));
-	json_object_set_new(m, "meta", json_deep_copy(sb->meta));
-	json_object_set_new(m, "timeout", sb->timeout == (double)(json_int_t)
-	    sb->timeout ? json_integer((json_int_t)sb->timeout) :
-	    json_real(sb->timeout));
-	json_object_set_new(m, "sandbox_type", json_string(sb->type_name));
-	json_object_set_new(m, "session_ctx_id", string_or_null(sb->session));
-	json_object_set_new(m, "state", json_string(state_names[sb->state]));
-	json_object_set_new(m, "created_at", json_integer((json_int_t)sb->created_at));
-	json_object_set_new(m, "updated_at", json_integer((json_int_t)sb->updated_at));
-	if (sb->egress_view != NULL)
-		json_object_set(m, "network", sb->egress_view);
-	if (sb->last_error != NULL && sb->state == SB_UNHEALTHY)
-		json_object_set_new(m, "error", json_string(sb->last_error));
-	/* Links that open the desktop alone, never the sandbox's token. */
-	if (sb->type != NULL && sb->type->desktop) {
-		desktop = desktop_url(sb, DESKTOP_INTERACTIVE);
-		json_object_set_new(m, "desktop_url", json_string(desktop));
-		free(desktop);
-		desktop = desktop_url(sb, DESKTOP_VIEW);
-		json_object_set_new(m, "desktop_view_url", json_string(desktop));
-		free(desktop);
-	}
-	free(url);
-	return m;
-}
-
-const char *
-sandbox_model_text(struct sandbox *sb, size_t *len)
-{
-	if (sb->model_text == NULL) {
-		json_t *m = sandbox_model(sb);
-
-		/* Strings in a record are ours or checked UTF-8 on the way
-		 * in: an encoding failure is a bug, not a client's doing. */
-		if ((sb->model_text = json_dumps(m, JSON_COMPACT)) == NULL)
-			fatal("sandbox %s: its model does not encode as JSON",
-			    sb->name);
-		sb->model_len = strlen(sb->model_text);
-		json_decref(m);
-	}
-	*len = sb->model_len;
-	return sb->model_text;
 }
 
 void

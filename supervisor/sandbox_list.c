@@ -45,27 +45,11 @@ bad:
 static int
 parse_state(const char *s, enum sandbox_state *out, struct error *err)
 {
-	for (int i = SB_CREATING; i <= SB_RELEASED; i++) {
-		if (strcmp(sandbox_state_name((enum sandbox_state)i), s) == 0) {
-			*out = (enum sandbox_state)i;
-			return 0;
-		}
-	}
+	if (sandbox_state_parse(s, out) == 0)
+		return 0;
 	error_set(err, 400, "state: '%.64s' is not one of creating, warm, "
 	    "running, unhealthy, stopped, paused, releasing, released", s);
 	return -1;
-}
-
-/* Ours, then (REDIS_ENABLED) the other instances'. */
-static struct sandbox *
-next_listed(struct sandbox *sb)
-{
-	struct sandbox *n = sb == NULL ? sandbox_first() : sandbox_next(sb);
-
-	if (n == NULL && (sb == NULL || !shared_is_remote(sb)) &&
-	    shared_enabled())
-		n = shared_first();
-	return n;
 }
 
 struct evbuffer *
@@ -98,7 +82,8 @@ sandbox_list_encode(const struct sandbox_query *q, struct error *err)
 
 	out = evbuffer_new();
 	evbuffer_add(out, "{\"sandboxes\":[", 14);
-	for (sb = next_listed(NULL); sb != NULL; sb = next_listed(sb)) {
+	for (sb = sandbox_resolve_first(); sb != NULL;
+	    sb = sandbox_resolve_next(sb)) {
 		if (sb->state == SB_RELEASED && !with_released && q->state == NULL)
 			continue;
 		if (type != NULL && strcmp(sb->type_name, type->name) != 0)

@@ -58,6 +58,7 @@
 #include "config.h"
 #include "error.h"
 #include "http.h"
+#include "timing.h"
 #include "token.h"
 
 struct event;
@@ -181,6 +182,9 @@ extern const struct config_option sandboxd_options[];
 extern const size_t sandboxd_noptions;
 /* "49152,59152", "[49152, 59152]" or "49152-59152". */
 int sandboxd_parse_port_range(const char *s, int *lo, int *hi);
+/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else its address
+ * and port, without a trailing slash. Caller frees. */
+char *sandboxd_base_url(const struct sandboxd_config *cfg);
 
 /* sandbox_types.c: the sandbox type registry. */
 
@@ -316,8 +320,9 @@ struct sandbox {
 	double ends_at;
 
 	/* Shared state (shared_records.c): the owning instance when another
-	 * instance owns it (a mirror record), NULL when we do; the fields
-	 * Redis has, as last written or read. */
+	 * instance owns it (a mirror record, shared_mirror.c), NULL when we
+	 * do: the test of whether a sandbox is another's; the fields Redis
+	 * has, as last written or read. */
 	char *owner;
 	json_t *shared;
 	/* A mirror record whose agent is on another host behind a unix
@@ -338,6 +343,8 @@ struct sandbox {
 TAILQ_HEAD(sandbox_list, sandbox);
 
 const char *sandbox_state_name(enum sandbox_state state);
+/* The state of a name sandbox_state_name gives: 0, or -1 for none. */
+int sandbox_state_parse(const char *name, enum sandbox_state *out);
 /* Whether sb's agent takes calls (warm, running or unhealthy): 0, or -1
  * with err (409) saying why not, the same for every route. */
 int sandbox_check_callable(const struct sandbox *sb, struct error *err);
@@ -349,16 +356,21 @@ int sandbox_has_network(const struct sandbox *sb);
 struct sandbox *sandbox_new(const struct sandbox_type *type);
 void sandbox_ref(struct sandbox *sb);
 void sandbox_unref(struct sandbox *sb);
-/* Drop from the list (the record is freed once unreferenced). */
+/* Drop from the list (the record is freed once unreferenced); the hooks
+ * are told, sb->listed 0. */
 void sandbox_forget(struct sandbox *sb);
-/* By container name, container id or a unique short form of it (what
- * the hook below takes); with REDIS_ENABLED also another instance's. */
+/* cb(sb, arg) on every change to one of our records: a field, its state,
+ * its leaving the table (sb->listed 0, sb still valid for the call). A
+ * hook only notes the change (schedules a write, a refill): it runs
+ * inside whatever made it. Never for another instance's records. */
+typedef void (*sandbox_hook_cb)(struct sandbox *sb, void *arg);
+void sandbox_hook_add(sandbox_hook_cb cb, void *arg);
+/* Ours by container name, container id or a unique short form of it
+ * (what the hook below takes); another instance's: sandbox_resolve. */
 struct sandbox *sandbox_find(const char *identity);
 /* Whether identity is a short form of a container id (the backend's
  * id_abbreviates); NULL: none is. */
 void sandbox_set_id_match(int (*match)(const char *id, const char *identity));
-/* Only ours. */
-struct sandbox *sandbox_find_local(const char *identity);
 struct sandbox *sandbox_first(void);
 struct sandbox *sandbox_next(struct sandbox *sb);
 size_t sandbox_count_live(void);
@@ -368,22 +380,50 @@ void sandbox_set_error(struct sandbox *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Released records beyond the cap are dropped, oldest first. */
 void sandbox_trim_released(size_t keep);
-/* The container model of the spec (get_info). New reference. */
+/* A field of sb changed: the kept model text is stale and the hooks are
+ * told. Every write to a record's field calls this (sandbox_set_state
+ * and sandbox_set_error do it themselves). */
+void sandbox_changed(struct sandbox *sb);
+void sandbox_free_all(void);
+
+/* sandbox_record.c: a sandbox as the state file, Redis and clients read
+ * it, from one table of its fields. */
+enum sandbox_form {
+	SANDBOX_STATE,		/* the state file's record */
+	SANDBOX_SHARED,		/* the Redis record's fields, all strings */
+	SANDBOX_MODEL,		/* the container model of the spec */
+	SANDBOX_FORMS
+};
+/* sb's fields in form. New reference. */
+json_t *sandbox_record(const struct sandbox *sb, enum sandbox_form form);
+/* The fields rec has in form (not SANDBOX_MODEL) into sb, the others
+ * left as they are; then sandbox_changed. -1 with err when a value does
+ * not check (saved egress lists), the others read. */
+int sandbox_record_read(struct sandbox *sb, json_t *rec,
+    enum sandbox_form form, struct error *err);
+/* The container model of the spec (get_info): the model form, its url,
+ * error and desktop links. New reference. */
 json_t *sandbox_model(const struct sandbox *sb);
 /* The same as compact JSON text, encoded once and kept until the record
  * changes, so that a list of 1000 records is a copy, not 1000 encodings.
  * Borrowed: valid until the next sandbox_changed. */
 const char *sandbox_model_text(struct sandbox *sb, size_t *len);
-/* A field the model shows changed: the kept text is stale. Every write
- * to such a field calls this (sandbox_set_state and sandbox_set_error
- * do it themselves). */
-void sandbox_changed(struct sandbox *sb);
 /* The URL a client uses to reach the agent directly ("url"). Caller frees. */
 char *sandbox_url(const struct sandbox *sb);
-/* How clients reach this sandboxd: SANDBOXD_PUBLIC_URL, else our own
- * address and port, without a trailing slash. Caller frees. */
-char *sandboxd_base_url(void);
-void sandbox_free_all(void);
+
+/* sandbox_resolve.c: the sandbox a request names, of any instance. */
+/* Ours (sandbox_find), else with REDIS_ENABLED another instance's. */
+struct sandbox *sandbox_resolve(const char *identity);
+/* Every sandbox, ours then the other instances':
+ * for (sb = sandbox_resolve_first(); sb; sb = sandbox_resolve_next(sb)) */
+struct sandbox *sandbox_resolve_first(void);
+struct sandbox *sandbox_resolve_next(struct sandbox *sb);
+/* The sandbox req's raw path names right after prefix ("/proxy/"), or
+ * NULL; *identity is that name decoded (caller frees), NULL when the raw
+ * path does not spell prefix plainly or names nothing, and *rest the raw
+ * path after the name. */
+struct sandbox *sandbox_from_path(struct http_request *req,
+    const char *prefix, char **identity, const char **rest);
 
 /* sandbox_list.c: GET /v1/sandboxes. Each field is the query parameter
  * as sent, or NULL. */
@@ -428,6 +468,8 @@ void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
 void lifecycle_set_network(struct sandbox *sb, json_t *network,
     sandbox_done_cb done, void *arg);
 
+/* Carry out what other instances ask (REDIS_ENABLED). */
+void lifecycle_init(void);
 /* Start creating. Input and capacity errors come back at once (NULL, err:
  * 400, 503); otherwise done runs when the agent answers (sb RUNNING or
  * WARM) or after everything made so far is removed again (err). */
@@ -521,6 +563,11 @@ void state_flush(void);
 json_t *state_saved(const char *name);
 /* name -> record of everything saved, borrowed (NULL after the free). */
 json_t *state_saved_all(void);
+/* A part of the file another module keeps: save() (a new reference) is
+ * written under key with every write. What the last run wrote under key,
+ * borrowed, or NULL (until state_loaded_free). */
+void state_add_section(const char *key, json_t *(*save)(void));
+json_t *state_loaded_section(const char *key);
 /* Forget what was loaded once adoption is done. */
 void state_loaded_free(void);
 /* Write, unlock, free. */
@@ -543,10 +590,13 @@ void pool_init(void);
 int pool_take_or_create(const struct create_request *creq, int from_pool,
     struct sandbox **taken, sandbox_done_cb done, void *arg,
     struct error *err);
+/* A warm sandbox of ours handed out, by this instance's take or another's:
+ * RUNNING, meta (may be NULL) added, bound to session (may be NULL),
+ * counted; its pool is refilled a moment later. */
+void pool_handed_out(struct sandbox *sb, json_t *meta, const char *session);
 /* Bring every pool back to POOL_SIZE (in the background). */
 void pool_refill(void);
 int pool_is_pooled(const char *type_name);
-size_t pool_target(const char *type_name);
 void pool_stop(void);
 
 /* sessions.c */
@@ -558,31 +608,19 @@ void sessions_bind(struct sandbox *sb, const char *session);
 /* Names of the live sandboxes of a session. New reference (array). */
 json_t *sessions_mapping(const char *session);
 json_t *sessions_keys(void);
+/* Sessions with live sandboxes (/metrics' gauge). */
 size_t sessions_count(void);
 /* The session id SandboxService builds from session_id and user_id.
  * Caller frees. */
 char *sessions_ctx_id(const char *session_id, const char *user_id);
-/* Whether an idle session id's reaper releases sb: bound to it, live, not
- * paused. */
-int sessions_reapable(const struct sandbox *sb, const char *id);
 /* Make sure a session exists, without counting activity (adoption). */
 void sessions_ensure(const char *session);
-/* For the state file: {id: last activity}, and back. */
-json_t *sessions_save(void);
-void sessions_restore(json_t *saved);
 /* Stop reaping (shutdown); sessions_free drops them all. */
 void sessions_stop(void);
 void sessions_free(void);
-/* Seconds between reaper rounds. */
-double sessions_reap_interval(void);
 
 /* health.c */
 void health_init(void);
-/* Probe the agent of sb once: done(ok), after the return. */
-typedef void (*health_probe_cb)(struct sandbox *sb, int ok, const char *why,
-    void *arg);
-void health_probe(struct sandbox *sb, double timeout, health_probe_cb done,
-    void *arg);
 void health_stop(void);
 
 /* agent_client.c: calls from sandboxd to an agent. */
@@ -597,6 +635,12 @@ struct agent_call *agent_call_json(struct sandbox *sb, const char *method,
     void *arg);
 /* Drop the call: the agent's connection closes, done never runs. */
 void agent_call_cancel(struct agent_call *c);
+/* Probe the agent of sb once (/healthz): done(ok, why not), after the
+ * return. */
+typedef void (*agent_probe_cb)(struct sandbox *sb, int ok, const char *why,
+    void *arg);
+void agent_probe(struct sandbox *sb, double timeout, agent_probe_cb done,
+    void *arg);
 /* The target to send to sb's agent_addr for the agent's target: the same,
  * or through its owner's /proxy/{name} (via_owner). Caller frees. */
 char *agent_target(const struct sandbox *sb, const char *target);
@@ -687,8 +731,9 @@ char *desktop_url(const struct sandbox *sb, enum desktop_access access);
  * comes. */
 void desktop_relay_start(struct http_request *req, struct sandbox *sb,
     enum desktop_access access);
-/* Close the viewers of sb (its release), of every sandbox (shutdown). */
-void desktop_relay_close_sandbox(struct sandbox *sb);
+/* Close a sandbox's viewers when it goes (the table's hook). */
+void desktop_relay_init(void);
+/* Close every viewer (shutdown). */
 void desktop_relay_close_all(void);
 size_t desktop_relay_count(void);
 
@@ -709,6 +754,10 @@ void metrics_create_seconds(const char *type_name, double seconds);
 /* Seconds a create waited in sandboxd's queue before Docker got it. */
 void metrics_create_queue_seconds(const char *type_name, double seconds);
 void metrics_route(struct http_request *req, void *arg);
+/* A gauge another module keeps: name and help as /metrics prints them
+ * (static strings), value() read at each scrape. */
+void metrics_gauge_add(const char *name, const char *help,
+    size_t (*value)(void));
 void metrics_free(void);
 
 /* redact.c: host paths out of what clients read. */
@@ -720,96 +769,6 @@ void redact_error(struct error *err, const char *agent_addr);
 /* http_reply_err for what clients read: redacted. */
 void sandboxd_reply_error(struct http_request *req, const struct error *err);
 
-/* shared.c, shared_records.c: several sandboxd on one Redis
- * (REDIS_ENABLED). Nothing here runs without it. */
-struct redisAsyncContext;
-typedef void (*shared_reply_cb)(struct redisAsyncContext *ac, void *reply,
-    void *arg);
-typedef void (*shared_done_cb)(struct sandbox *sb, void *arg);
-/* The secret the instances sign and seal with (SANDBOXD_REDIS_SECRET or
- * SANDBOXD_REDIS_SECRET_FILE, at least 32 characters): the keys are
- * derived and the configuration's copy wiped. -1 with err naming the
- * key. */
-int shared_secret_load(struct sandboxd_config *cfg, struct error *err);
-/* Connect, AUTH, SELECT, PING, blocking, before the loop: -1 with err
- * naming the setting at fault. */
-int shared_check(struct error *err);
-void shared_start(void);
-void shared_stop(void);
-int shared_enabled(void);
-int shared_up(void);
-/* 0 while Redis is up, else -1 with err (503) saying so. */
-int shared_down_error(struct error *err);
-/* err (503): Redis went away while a request waited on it. */
-void shared_lost_error(struct error *err);
-const char *shared_server_name(void);
-/* PREFIX + printf(fmt, ...). Caller frees. */
-char *shared_key(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Queue a command; -1 (cb never runs) while Redis is down. */
-int shared_command(shared_reply_cb cb, void *arg, const char *fmt, ...);
-int shared_command_argv(shared_reply_cb cb, void *arg, int argc,
-    const char **argv, const size_t *lens);
-void shared_records_init(void);
-void shared_records_free(void);
-void shared_records_subscribe(struct redisAsyncContext *ac);
-/* Both connections are up: publish ours again, reload the others'. */
-void shared_records_connected(void);
-/* Our records changed: write them (on the loop's next turn). */
-void shared_dirty(void);
-/* Write sb's record now; done once Redis announced it to the others. */
-void shared_publish(struct sandbox *sb, shared_done_cb done, void *arg);
-/* Write everything now; done once Redis has it all. */
-void shared_flush(void (*done)(void *arg), void *arg);
-int shared_is_remote(const struct sandbox *sb);
-struct sandbox *shared_find(const char *identity);
-/* Read name's record from Redis now (an instance's announcement may come
- * a moment after its create answered a client who then asks us), then
- * done(arg, 1), or done(arg, 0) when Redis went away meanwhile. -1 (done
- * never runs) while Redis is down. */
-int shared_lookup(const char *name, void (*done)(void *arg, int ok),
-    void *arg);
-/* The same for the sandboxes Redis has bound to session that we have not
- * heard of. */
-int shared_lookup_session(const char *session,
-    void (*done)(void *arg, int ok), void *arg);
-/* The other instances' records (sandbox_next walks on). */
-struct sandbox *shared_first(void);
-void shared_session_names(const char *session, json_t *names);
-void shared_session_keys(json_t *keys);
-size_t shared_count_live(void);
-/* Ask the owner of a remote sandbox to release it. */
-void shared_release_remote(struct sandbox *sb, sandbox_done_cb done,
-    void *arg);
-/* The oldest warm sandbox of creq's type from every instance's pool,
- * else a new one: done runs later either way. -1 with err (503) when
- * Redis is down. */
-int shared_take(const struct create_request *creq, sandbox_done_cb done,
-    void *arg, struct error *err);
-void shared_touch_session(const char *session, double when);
-/* Count sb against MAX_SANDBOX_INSTANCES of all instances: done(sb,
- * NULL) with a place, done(sb, err) with 503 when full. */
-void shared_reserve(struct sandbox *sb, sandbox_done_cb done, void *arg);
-void shared_unreserve(const char *name);
-/* Claim sb->port on this host for every instance (REDIS_PORT_KEY):
- * done(sb, NULL) when it is ours, done(sb, err) with 409 when another
- * instance holds it, 503 when Redis is away. */
-void shared_claim_port(struct sandbox *sb, sandbox_done_cb done, void *arg);
-void shared_release_port(int port);
-/* The set of this host's claimed ports. Free it. */
-char *shared_ports_key(void);
-/* host:port where the other instances reach our API. Free it. */
-char *shared_api_addr(void);
-/* A reaper round, on the instance that holds the lock. */
-void shared_reap(void);
-/* shared_uploads.c (FILE_SYSTEM=oss): mark sb's storage_path as on its
- * way to the store (a release asked of its owner), clear the mark (the
- * owner's release is over), and ask whether it is there: done(arg,
- * pending) later, or -1 (done never runs) while Redis is down. */
-void shared_upload_mark(const struct sandbox *sb);
-void shared_upload_clear(const char *storage_path);
-int shared_upload_pending(const char *storage_path,
-    void (*done)(void *arg, int pending), void *arg);
-
 /* main.c: the process-wide state. */
 struct sandboxd {
 	struct event_base *base;
@@ -820,15 +779,9 @@ struct sandboxd {
 	int ready;			/* adoption done: pools may fill */
 	int shutting_down;
 	int exit_status;		/* main's: 1 when shutdown left some */
-	double started;
 };
 
 extern struct sandboxd sd;
-
-/* Seconds since the epoch, with fractions. */
-double sandboxd_now(void);
-/* Seconds on the monotonic clock, for durations. */
-double sandboxd_monotonic(void);
 
 /* defer.c: cb(-1, EV_TIMEOUT, arg) from the loop on its next turn, how a
  * completion callback whose answer is ready at once still runs after

@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "shared.h"
 #include "xmalloc.h"
 
 /* Activity is saved to the state file at this granularity, not on every
@@ -58,7 +59,7 @@ get(const char *id)
 	if (s == NULL) {
 		s = xcalloc(1, sizeof *s);
 		s->id = xstrdup(id);
-		s->last = sandboxd_now();
+		s->last = timing_wall();
 		LIST_INSERT_HEAD(&sessions, s, entry);
 		state_dirty();
 	}
@@ -81,7 +82,7 @@ sessions_touch(const char *id)
 	if (id == NULL)
 		return;
 	s = get(id);
-	s->last = sandboxd_now();
+	s->last = timing_wall();
 	if (shared_enabled() && s->last - s->shared >= SHARED_GRANULARITY) {
 		s->shared = s->last;
 		shared_touch_session(id, s->last);
@@ -108,7 +109,6 @@ sessions_bind(struct sandbox *sb, const char *id)
 		sessions_touch(id);
 	}
 	sandbox_changed(sb);
-	state_dirty();
 }
 
 static int
@@ -118,8 +118,10 @@ bound_live(const struct sandbox *sb, const char *id)
 	    sb->state != SB_RELEASED && sb->state != SB_RELEASING;
 }
 
-int
-sessions_reapable(const struct sandbox *sb, const char *id)
+/* Whether an idle session id's reaper releases sb: bound to it, live,
+ * not paused. */
+static int
+reapable(const struct sandbox *sb, const char *id)
 {
 	return bound_live(sb, id) && sb->state != SB_PAUSED;
 }
@@ -220,8 +222,9 @@ sessions_ctx_id(const char *session_id, const char *user_id)
 	return xasprintf("%s_%s", session_id, user_id);
 }
 
-json_t *
-sessions_save(void)
+/* The state file's "sessions": {id: last activity, epoch seconds}. */
+static json_t *
+save(void)
 {
 	json_t *obj = json_object();
 	struct session *s;
@@ -231,12 +234,14 @@ sessions_save(void)
 	return obj;
 }
 
-void
-sessions_restore(json_t *saved)
+static void
+restore(json_t *saved)
 {
 	const char *id;
 	json_t *v;
 
+	if (!json_is_object(saved))
+		return;
 	json_object_foreach(saved, id, v) {
 		struct session *s;
 
@@ -256,10 +261,50 @@ reaped_cb(struct sandbox *sb, const struct error *err, void *arg)
 		    err->msg);
 }
 
+/* Seconds between reaper rounds. */
+static double
+reap_interval(void)
+{
+	double t = sd.cfg.heartbeat_timeout > 0 ?
+	    sd.cfg.heartbeat_timeout / 4 : 5;
+
+	if (t < 0.2)
+		t = 0.2;
+	if (t > 5)
+		t = 5;
+	return t;
+}
+
+/* Release the live sandboxes of session id, idle for idle seconds, but
+ * the paused ones, wherever they are (another instance's through its
+ * owner); the number of live ones bound to it. */
+static size_t
+release_idle(const char *id, double idle)
+{
+	json_t *names = sessions_mapping(id), *name;
+	size_t i, n = json_array_size(names);
+	int said = 0;
+
+	json_array_foreach(names, i, name) {
+		struct sandbox *sb = sandbox_resolve(json_string_value(name));
+
+		if (sb == NULL || !reapable(sb, id))
+			continue;
+		if (!said)
+			log_info("session %s idle for %.0f s (HEARTBEAT_TIMEOUT "
+			    "%.0f): releasing its sandboxes", id, idle,
+			    sd.cfg.heartbeat_timeout);
+		said = 1;
+		lifecycle_release(sb, reaped_cb, NULL);
+	}
+	json_decref(names);
+	return n;
+}
+
 static void
 reap_cb(evutil_socket_t fd, short what, void *arg)
 {
-	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
+	double now = timing_wall(), timeout = sd.cfg.heartbeat_timeout;
 	struct live_sessions live;
 	struct session *s, *next;
 
@@ -271,9 +316,6 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 	 * every record outlives this one. */
 	live_sessions_collect(&live);
 	for (s = LIST_FIRST(&sessions); s != NULL; s = next) {
-		struct sandbox *sb, *sbnext;
-		int said = 0;
-
 		next = LIST_NEXT(s, entry);
 		if (!live_sessions_has(&live, s->id)) {
 			/* Nothing bound: keep an empty session only while it
@@ -287,48 +329,41 @@ reap_cb(evutil_socket_t fd, short what, void *arg)
 		/* With Redis, one instance reaps for all (shared_reap). */
 		if (shared_enabled() || timeout <= 0 || now - s->last <= timeout)
 			continue;
-		for (sb = sandbox_first(); sb != NULL; sb = sbnext) {
-			sbnext = sandbox_next(sb);
-			if (!sessions_reapable(sb, s->id))
-				continue;
-			if (!said)
-				log_info("session %s idle for %.0f s "
-				    "(HEARTBEAT_TIMEOUT %.0f): releasing its "
-				    "sandboxes", s->id, now - s->last, timeout);
-			said = 1;
-			lifecycle_release(sb, reaped_cb, NULL);
-		}
+		release_idle(s->id, now - s->last);
 		/* Touch it so it is not reaped again while releases run. */
 		s->last = now;
 	}
 	free(live.ids);
 	if (shared_enabled())
-		shared_reap();
+		shared_reap(reap_interval(), release_idle);
 }
 
-double
-sessions_reap_interval(void)
+/* Redis back (maybe restarted empty): the reaper reads our sessions'
+ * last activity there. */
+static void
+shared_up_cb(void)
 {
-	double t = sd.cfg.heartbeat_timeout > 0 ?
-	    sd.cfg.heartbeat_timeout / 4 : 5;
+	struct session *s;
 
-	if (t < 0.2)
-		t = 0.2;
-	if (t > 5)
-		t = 5;
-	return t;
+	LIST_FOREACH(s, &sessions, entry)
+		shared_touch_session(s->id, s->last);
 }
 
 void
 sessions_init(void)
 {
-	double t = sessions_reap_interval();
+	double t = reap_interval();
 	struct timeval tv;
 
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(t);
 	reap_ev = event_new(sd.base, -1, EV_PERSIST, reap_cb, NULL);
 	event_add(reap_ev, &tv);
+	restore(state_loaded_section("sessions"));
+	state_add_section("sessions", save);
+	metrics_gauge_add("sandboxd_sessions", "Sessions with live sandboxes.",
+	    sessions_count);
+	if (shared_enabled())
+		shared_on_up(shared_up_cb);
 }
 
 void

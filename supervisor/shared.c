@@ -214,8 +214,7 @@ conn_lost(struct conn *c, const char *why)
 	c->backoff = c->backoff > 0 ? c->backoff * 2 : BACKOFF_FIRST;
 	if (c->backoff > BACKOFF_MAX)
 		c->backoff = BACKOFF_MAX;
-	tv.tv_sec = (time_t)c->backoff;
-	tv.tv_usec = (suseconds_t)((c->backoff - (double)tv.tv_sec) * 1e6);
+	tv = timing_timeval(c->backoff);
 	if (c->retry == NULL)
 		c->retry = evtimer_new(sd.base, retry_cb, c);
 	evtimer_add(c->retry, &tv);

@@ -8,7 +8,7 @@
 #ifndef SHARED_INTERNAL_H
 #define SHARED_INTERNAL_H
 
-#include "sandboxd.h"
+#include "shared.h"
 
 #include <netdb.h>
 

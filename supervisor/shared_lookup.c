@@ -109,7 +109,7 @@ session_members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 	    fetched < SESSION_FETCH_MAX; i++) {
 		const redisReply *m = r->element[i];
 
-		if (m->type == REDIS_REPLY_STRING && sandbox_find(m->str) == NULL)
+		if (m->type == REDIS_REPLY_STRING && sandbox_resolve(m->str) == NULL)
 			fetched += shared_fetch(m->str) == 0;
 	}
 	/* Every one known here already: nothing to wait for. */

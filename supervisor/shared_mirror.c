@@ -94,22 +94,6 @@ shared_mirror_clear(void)
 		mirror_drop(sb);
 }
 
-static enum sandbox_state
-parse_state(const char *s)
-{
-	for (int st = SB_CREATING; st <= SB_RELEASED; st++) {
-		if (strcmp(sandbox_state_name(st), s) == 0)
-			return st;
-	}
-	return SB_UNHEALTHY;
-}
-
-static char *
-dup_or_null(const char *s)
-{
-	return *s != '\0' ? xstrdup(s) : NULL;
-}
-
 /* Whether the agent of a mirror record (f) is reached through its
  * owner's API: on another host (a different advertised address) behind a
  * unix socket (a network-none type; a bridge type's port is reached
@@ -213,58 +197,37 @@ static void
 mirror_apply(struct sandbox *sb, const char *key, json_t *f,
     const char *token)
 {
-	json_t *meta = json_loads(shared_field(f, "meta"), 0, NULL), *take;
 	const char *owner = shared_field(f, "owner");
-	const char *session = shared_field(f, "session");
+	struct error err;	/* Redis's form holds nothing that can fail */
+	json_t *take;
 
+	/* First: the table's hooks are not told of a record of another's. */
 	free(sb->owner);
 	sb->owner = xstrdup(owner);
-	free(sb->type_name);
-	sb->type_name = xstrdup(shared_field(f, "type"));
-	sb->type = sandbox_types_find(sb->type_name);
-	free(sb->image);
-	sb->image = xstrdup(shared_field(f, "image"));
-	snprintf(sb->id, sizeof sb->id, "%s", shared_field(f, "id"));
+	sandbox_record_read(sb, f, SANDBOX_SHARED, &err);
 	snprintf(sb->token, sizeof sb->token, "%s", token);
 	free(sb->agent_addr);
 	sb->via_owner = via_owner(f);
 	sb->agent_addr = xstrdup(shared_field(f, sb->via_owner ? "api" :
 	    "agent"));
-	sb->port = atoi(shared_field(f, "port"));
-	sb->state = parse_state(shared_field(f, "state"));
-	if (!json_is_object(meta)) {
-		json_decref(meta);
-		meta = json_object();
-	}
 	take = sb->state == SB_WARM ? shared_take_check(key, owner,
 	    shared_field(f, "take")) : NULL;
 	if (take != NULL) {
 		json_t *more = json_loads(shared_field(take, "meta"), 0, NULL);
+		const char *session = shared_field(take, "session");
 
 		sb->state = SB_RUNNING;
-		session = shared_field(take, "session");
+		free(sb->session);
+		sb->session = *session != '\0' ? xstrdup(session) : NULL;
 		if (json_is_object(more))
-			json_object_update(meta, more);
+			json_object_update(sb->meta, more);
 		json_decref(more);
+		sb->updated_at = atof(shared_field(take, "at"));
+		json_decref(take);
 	}
 	if (*shared_field(f, "release") != '\0' && shared_release_ok(key,
 	    owner, shared_field(f, "release")))
 		sb->state = SB_RELEASING;
-	free(sb->session);
-	sb->session = dup_or_null(session);
-	json_decref(sb->meta);
-	sb->meta = meta;
-	free(sb->container_id);
-	sb->container_id = dup_or_null(shared_field(f, "container_id"));
-	free(sb->mount_dir);
-	sb->mount_dir = dup_or_null(shared_field(f, "mount_dir"));
-	free(sb->storage_path);
-	sb->storage_path = dup_or_null(shared_field(f, "storage_path"));
-	sb->timeout = atof(shared_field(f, "timeout"));
-	sb->created_at = atof(shared_field(f, "created_at"));
-	sb->updated_at = take != NULL ? atof(shared_field(take, "at")) :
-	    atof(shared_field(f, "updated_at"));
-	json_decref(take);
 	json_decref(sb->shared);
 	sb->shared = json_incref(f);
 	sandbox_changed(sb);

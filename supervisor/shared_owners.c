@@ -105,25 +105,16 @@ static size_t ntable;
 /* Redis's clock minus our monotonic one, in ms. */
 static long long clock_offset;
 
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void
 shared_clock_set(long long redis_ms)
 {
-	clock_offset = redis_ms - mono_ms();
+	clock_offset = redis_ms - timing_monotonic_ms();
 }
 
 long long
 shared_clock_ms(void)
 {
-	return mono_ms() + clock_offset;
+	return timing_monotonic_ms() + clock_offset;
 }
 
 /* The parts of a lease's MAC, from its JSON (numbers as decimal text,

@@ -49,50 +49,34 @@ static const char take_script[] =
  * instead: the list may be anybody's. */
 #define TAKE_TRIES 4
 
+/* One take; creq is the caller's until done runs. */
 struct take {
-	struct create_request creq;	/* owns session and meta */
-	char *session;
-	json_t *meta;
+	const struct create_request *creq;
 	sandbox_done_cb done;
 	void *arg;
 	int tries;
 };
 
+/* done(sb, err), sb NULL when nothing was taken. */
 static void
-take_free(struct take *t)
+take_end(struct take *t, struct sandbox *sb, const struct error *err)
 {
-	free(t->session);
-	json_decref(t->meta);
+	t->done(sb, err, t->arg);
 	free(t);
 }
 
 static void
 take_failed_later_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct take *t = arg;
 	struct error err;
 
 	(void)fd;
 	(void)what;
 	shared_lost_error(&err);
-	t->done(NULL, &err, t->arg);
-	take_free(t);
+	take_end(arg, NULL, &err);
 }
 
 static int take_send(struct take *t);
-
-/* Nothing to take: a new one, as without Redis. */
-static void
-take_miss(struct take *t)
-{
-	struct error err;
-
-	metrics_count(M_POOL_MISSES, t->creq.type->name);
-	pool_refill();
-	if (lifecycle_create(&t->creq, t->done, t->arg, &err) == NULL)
-		t->done(NULL, &err, t->arg);
-	take_free(t);
-}
 
 /* Another instance's warm sandbox, popped and marked: ours once its
  * record checks, with our signed "take" in it. NULL: it does not. */
@@ -107,20 +91,20 @@ take_remote(struct take *t, const char *name, redisReply *record,
 
 	if (lease->type == REDIS_REPLY_STRING)
 		shared_instance_learn(owner, lease->str);
-	meta = t->meta != NULL ? json_deep_copy(t->meta) : json_object();
-	if (t->session != NULL)
+	meta = t->creq->meta != NULL ? json_deep_copy(t->creq->meta) :
+	    json_object();
+	if (t->creq->session != NULL)
 		json_object_set_new(meta, "session_ctx_id",
-		    json_string(t->session));
+		    json_string(t->creq->session));
 	text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
-	snprintf(now, sizeof now, "%.6f", sandboxd_now());
-	take = shared_take_sign(key, owner, state_instance(), t->session !=
-	    NULL ? t->session : "", text, now);
+	snprintf(now, sizeof now, "%.6f", timing_wall());
+	take = shared_take_sign(key, owner, state_instance(),
+	    t->creq->session != NULL ? t->creq->session : "", text, now);
 	json_object_set_new(f, "take", json_string(take));
 	if ((sb = shared_mirror_record(name, f)) != NULL) {
 		shared_command(shared_ignore_cb, NULL, "HSET %s take %s", key,
 		    take);
 		shared_announce(name);
-		sessions_touch(t->session);
 	}
 	json_decref(meta);
 	json_decref(f);
@@ -145,49 +129,41 @@ taken_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 			error_set(&err, 500, "shared pool take failed: %s", r->str);
 		else
 			shared_lost_error(&err);
-		t->done(NULL, &err, t->arg);
-		take_free(t);
+		take_end(t, NULL, &err);
 		return;
 	}
 	name = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 	    r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str :
 	    NULL;
-	sb = name != NULL ? sandbox_find_local(name) : NULL;
+	sb = name != NULL ? sandbox_find(name) : NULL;
 	/* Empty, or one of ours on its way out whose record was not yet
 	 * written. */
 	if (name == NULL || (sb != NULL && (sb->state != SB_WARM ||
 	    sb->op != NULL))) {
-		take_miss(t);
+		take_end(t, NULL, NULL);
 		return;
 	}
-	if (sb != NULL) {
-		sandbox_set_state(sb, SB_RUNNING);
-		metrics_count(M_POOL_TAKES, sb->type_name);
-		pool_refill();
-		if (t->meta != NULL)
-			json_object_update(sb->meta, t->meta);
-		sessions_bind(sb, t->session);
-	} else if ((sb = take_remote(t, name, r->element[1],
+	if (sb == NULL && (sb = take_remote(t, name, r->element[1],
 	    r->element[2])) == NULL) {
 		if (++t->tries >= TAKE_TRIES || take_send(t) < 0)
-			take_miss(t);
+			take_end(t, NULL, NULL);
 		return;
 	}
-	t->done(sb, NULL, t->arg);
-	take_free(t);
+	take_end(t, sb, NULL);
 }
 
 /* The take script for t, answered to taken_cb; -1 when Redis is gone. */
 static int
 take_send(struct take *t)
 {
-	char *pkey = shared_pool_key(t->creq.type->name);
+	char *pkey = shared_pool_key(t->creq->type->name);
 	char *prefix = shared_key("sb:"), *sprefix = shared_key("session:");
 	char *lprefix = shared_key("instance:"), *hash = shared_key("instances");
 	int rc;
 
 	rc = shared_command(taken_cb, t, "EVAL %s 1 %s %s %s %s %s %s %s",
-	    take_script, pkey, prefix, t->session != NULL ? t->session : "",
+	    take_script, pkey, prefix, t->creq->session != NULL ?
+	    t->creq->session : "",
 	    sprefix, lprefix, state_instance(), hash);
 	free(pkey);
 	free(prefix);
@@ -206,11 +182,7 @@ shared_take(const struct create_request *creq, sandbox_done_cb done,
 	if (shared_down_error(err) < 0)
 		return -1;
 	t = xcalloc(1, sizeof *t);
-	t->creq = *creq;
-	t->session = creq->session != NULL ? xstrdup(creq->session) : NULL;
-	t->meta = creq->meta != NULL ? json_deep_copy(creq->meta) : NULL;
-	t->creq.session = t->session;
-	t->creq.meta = t->meta;
+	t->creq = creq;
 	t->done = done;
 	t->arg = arg;
 	if (take_send(t) < 0)
@@ -358,7 +330,7 @@ shared_live_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 
 		if (strcmp(json_string_value(v), state_instance()) != 0)
 			continue;
-		sb = sandbox_find_local(name);
+		sb = sandbox_find(name);
 		if (sb == NULL || sb->state == SB_RELEASED)
 			shared_unreserve(name);
 	}

@@ -10,7 +10,9 @@
  * shared host, or the agent port its owner published on
  * SANDBOXD_ADVERTISE_ADDR); only its owner talks to Docker about it, so a
  * release from elsewhere is a request (field "release", signed) the owner
- * carries out. Keys, all under the prefix:
+ * carries out, as a take from the pool is (field "take"): this module only
+ * reads them and tells whoever subscribed (lifecycle.c, pool.c), as it
+ * tells of Redis coming back (shared_on_up). Keys, all under the prefix:
  *   sb:<name>            hash: the record, its "mac", and "taken", "take"
  *                        and "release" when another instance took it from
  *                        the pool or asked for its release
@@ -53,14 +55,15 @@ static const char fetch_script[] =
 
 static struct event *sync_ev, *tick_ev;
 static char *channel;
+/* Who carries out what another instance asked, and hears of Redis back. */
+static void (*release_asked)(struct sandbox *sb);
+static void (*take_asked)(struct sandbox *sb, json_t *meta,
+    const char *session);
+#define UP_HOOKS_MAX 4
+static void (*up_hooks[UP_HOOKS_MAX])(void);
+static size_t nup_hooks;
 /* What anybody writing Redis can have us log. */
 static struct log_rate unsigned_rate = LOG_RATE_INIT(10, 5);
-
-int
-shared_is_remote(const struct sandbox *sb)
-{
-	return sb->owner != NULL;
-}
 
 /* How another instance reaches the agent of sb. */
 static char *
@@ -77,15 +80,10 @@ agent_for_others(const struct sandbox *sb)
 static json_t *
 record_fields(const struct sandbox *sb, json_t *last, const char *key)
 {
-	json_t *f = json_object();
-	char *meta = json_dumps(sb->meta, JSON_COMPACT | JSON_SORT_KEYS);
+	json_t *f = sandbox_record(sb, SANDBOX_SHARED);
 	char *agent = agent_for_others(sb), *ports, *api;
-	char num[64];
 
-	json_object_set_new(f, "id", json_string(sb->id));
 	json_object_set_new(f, "owner", json_string(state_instance()));
-	json_object_set_new(f, "type", json_string(sb->type_name));
-	json_object_set_new(f, "image", json_string(sb->image));
 	/* Sealed once: a new nonce each time would be a change each time. */
 	if (last != NULL && *shared_field(last, "token") != '\0') {
 		json_object_set(f, "token", json_object_get(last, "token"));
@@ -96,25 +94,6 @@ record_fields(const struct sandbox *sb, json_t *last, const char *key)
 		free(sealed);
 	}
 	json_object_set_new(f, "agent", json_string(agent));
-	snprintf(num, sizeof num, "%d", sb->port);
-	json_object_set_new(f, "port", json_string(num));
-	json_object_set_new(f, "state",
-	    json_string(sandbox_state_name(sb->state)));
-	json_object_set_new(f, "session", json_string(sb->session != NULL ?
-	    sb->session : ""));
-	json_object_set_new(f, "meta", json_string(meta != NULL ? meta : "{}"));
-	json_object_set_new(f, "container_id", json_string(sb->container_id !=
-	    NULL ? sb->container_id : ""));
-	json_object_set_new(f, "mount_dir", json_string(sb->mount_dir != NULL ?
-	    sb->mount_dir : ""));
-	json_object_set_new(f, "storage_path", json_string(sb->storage_path !=
-	    NULL ? sb->storage_path : ""));
-	snprintf(num, sizeof num, "%.17g", sb->timeout);
-	json_object_set_new(f, "timeout", json_string(num));
-	snprintf(num, sizeof num, "%.6f", sb->created_at);
-	json_object_set_new(f, "created_at", json_string(num));
-	snprintf(num, sizeof num, "%.6f", sb->updated_at);
-	json_object_set_new(f, "updated_at", json_string(num));
 	/* Where its port is claimed, for whoever removes the record of a
 	 * dead owner. */
 	ports = sb->port > 0 ? shared_ports_key() : xstrdup("");
@@ -127,7 +106,6 @@ record_fields(const struct sandbox *sb, json_t *last, const char *key)
 	api = shared_api_addr();
 	json_object_set_new(f, "api", json_string(api));
 	free(api);
-	free(meta);
 	free(agent);
 	shared_record_sign(key, f);
 	return f;
@@ -373,13 +351,22 @@ shared_flush(void (*done)(void *arg), void *arg)
 		sandboxd_defer(flush_later_cb, w);
 }
 
-void
-shared_dirty(void)
+/* Our records changed: written on the loop's next turn. */
+static void
+dirty(void)
 {
 	struct timeval now = { 0, 0 };
 
 	if (sync_ev != NULL && !evtimer_pending(sync_ev, NULL))
 		evtimer_add(sync_ev, &now);
+}
+
+static void
+changed_cb(struct sandbox *sb, void *arg)
+{
+	(void)sb;
+	(void)arg;
+	dirty();
 }
 
 /* Publishing one record now, answering when Redis has announced it. */
@@ -423,6 +410,27 @@ shared_publish(struct sandbox *sb, shared_done_cb done, void *arg)
 		sandboxd_defer(publish_later_cb, w);
 }
 
+void
+shared_on_release_asked(void (*cb)(struct sandbox *sb))
+{
+	release_asked = cb;
+}
+
+void
+shared_on_take_asked(void (*cb)(struct sandbox *sb, json_t *meta,
+    const char *session))
+{
+	take_asked = cb;
+}
+
+void
+shared_on_up(void (*cb)(void))
+{
+	if (nup_hooks == UP_HOOKS_MAX)
+		fatal("more than %d shared-state hooks", UP_HOOKS_MAX);
+	up_hooks[nup_hooks++] = cb;
+}
+
 /* A record in Redis (f, key) of one of ours: what others asked of it,
  * when it is signed. */
 static void
@@ -437,10 +445,8 @@ own_apply(struct sandbox *sb, const char *key, json_t *f)
 			log_rate_msg(&unsigned_rate, LOG_WARN, "sandbox %s: "
 			    "ignoring a release request in Redis that is not "
 			    "signed", sb->name);
-		} else {
-			log_info("sandbox %s: release asked by another instance",
-			    sb->name);
-			lifecycle_release(sb, NULL, NULL);
+		} else if (release_asked != NULL) {
+			release_asked(sb);
 			return;
 		}
 	}
@@ -451,22 +457,18 @@ own_apply(struct sandbox *sb, const char *key, json_t *f)
 	    "mac")) != 0)) {
 		json_decref(sb->shared);
 		sb->shared = NULL;
-		shared_dirty();
+		dirty();
 	}
 	/* Taken from the pool by another instance. */
-	if (sb->state == SB_WARM && (take = shared_take_check(key,
-	    state_instance(), shared_field(f, "take"))) != NULL) {
+	if (sb->state == SB_WARM && take_asked != NULL &&
+	    (take = shared_take_check(key, state_instance(),
+	    shared_field(f, "take"))) != NULL) {
 		json_t *meta = json_loads(shared_field(take, "meta"), 0, NULL);
 		const char *session = shared_field(take, "session");
 
-		if (json_is_object(meta))
-			json_object_update(sb->meta, meta);
+		take_asked(sb, json_is_object(meta) ? meta : NULL,
+		    *session != '\0' ? session : NULL);
 		json_decref(meta);
-		sandbox_set_state(sb, SB_RUNNING);
-		if (*session != '\0')
-			sessions_bind(sb, session);
-		metrics_count(M_POOL_TAKES, sb->type_name);
-		pool_refill();
 		json_decref(take);
 	}
 }
@@ -513,7 +515,7 @@ record_apply(const char *name, redisReply *r)
 	if (lease->type == REDIS_REPLY_STRING)
 		shared_instance_learn(shared_field(f, "owner"), lease->str);
 	key = shared_key("sb:%s", name);
-	sb = sandbox_find_local(name);
+	sb = sandbox_find(name);
 	/* Released while Redis was away: its record goes now. */
 	if (sb != NULL && sb->state == SB_RELEASED)
 		sb = NULL;
@@ -636,8 +638,6 @@ members_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 void
 shared_records_connected(void)
 {
-	const char *session;
-	json_t *saved, *v;
 	char *names;
 
 	if (!shared_up())
@@ -655,19 +655,14 @@ shared_records_connected(void)
 		}
 		write_record(sb, NULL, NULL);
 	}
-	/* And the sessions' last activity, which the reaper reads. */
-	saved = sessions_save();
-	json_object_foreach(saved, session, v)
-		shared_touch_session(session, json_number_value(v));
-	json_decref(saved);
 	names = shared_key("sandboxes");
 	shared_command(members_cb, NULL, "SMEMBERS %s", names);
 	free(names);
 	names = shared_key("live");
 	shared_command(shared_live_cb, NULL, "HGETALL %s", names);
 	free(names);
-	/* Creates waited for the connection. */
-	pool_refill();
+	for (size_t i = 0; i < nup_hooks; i++)
+		up_hooks[i]();
 }
 
 struct shared_answer *
@@ -762,6 +757,7 @@ shared_records_init(void)
 	sync_ev = evtimer_new(sd.base, sync_cb, NULL);
 	tick_ev = event_new(sd.base, -1, EV_PERSIST, tick_cb, NULL);
 	event_add(tick_ev, &tv);
+	sandbox_hook_add(changed_cb, NULL);
 }
 
 void

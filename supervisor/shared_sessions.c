@@ -6,8 +6,9 @@
  * reaper round, the instance that takes lock:reaper (SET NX PX, held for
  * most of a round) reaps for all: the live sandboxes of an expired
  * session are released wherever they are (ours directly, the others'
- * through their owners; paused ones stay), and what instances gone for
- * good left in Redis is removed (shared_owners.c).
+ * through their owners; paused ones stay: sessions.c, which the reaper
+ * tells), and what instances gone for good left in Redis is removed
+ * (shared_owners.c).
  *
  * A session's last activity is what this instance heard, never what
  * Redis holds: a value there may be anybody's (an old one written back
@@ -37,6 +38,8 @@
 static json_t *heard;
 /* When the subscription last began: activity before it is unknown. */
 static double listening_since;
+/* Who releases an expired session's sandboxes (shared_reap). */
+static size_t (*expire)(const char *session, double idle);
 
 static void
 hear(const char *session, double when)
@@ -99,7 +102,7 @@ shared_activity_heard(const char *msg)
 void
 shared_activity_listening(void)
 {
-	listening_since = sandboxd_now();
+	listening_since = timing_wall();
 }
 
 void
@@ -119,19 +122,10 @@ last_activity(const char *session)
 }
 
 static void
-reap_release_cb(struct sandbox *sb, const struct error *err, void *arg)
-{
-	(void)arg;
-	if (err != NULL)
-		log_warn("session reaper: cannot release %s: %s", sb->name,
-		    err->msg);
-}
-
-static void
 heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 {
 	redisReply *r = reply;
-	double now = sandboxd_now(), timeout = sd.cfg.heartbeat_timeout;
+	double now = timing_wall(), timeout = sd.cfg.heartbeat_timeout;
 	json_t *f;
 	const char *session;
 	json_t *v;
@@ -147,32 +141,13 @@ heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 		json_object_update_missing(f, heard);
 	json_object_foreach(f, session, v) {
 		double last = last_activity(session);
-		json_t *names;
-		size_t i;
-		json_t *name;
 		char *key;
-		int said;
 
 		if (now - last <= timeout)
 			continue;
-		/* Live ones only: those being released are not again. */
-		names = sessions_mapping(session);
-		said = 0;
-		json_array_foreach(names, i, name) {
-			struct sandbox *sb = sandbox_find(json_string_value(name));
-
-			if (sb == NULL || !sessions_reapable(sb, session))
-				continue;
-			if (!said)
-				log_info("session %s idle for %.0f s "
-				    "(HEARTBEAT_TIMEOUT %.0f): releasing its "
-				    "sandboxes", session, now - last, timeout);
-			said = 1;
-			lifecycle_release(sb, reap_release_cb, NULL);
-		}
-		/* Kept a while: a sandbox of it another instance is still
-		 * creating is not in the mapping yet. */
-		if (json_array_size(names) == 0 &&
+		/* Kept a while when nothing is left: a sandbox of it another
+		 * instance is still creating is not bound to it yet. */
+		if (expire(session, now - last) == 0 &&
 		    now - last > timeout + HEARTBEAT_GRACE) {
 			key = shared_key("heartbeats");
 			shared_command(shared_ignore_cb, NULL, "HDEL %s %s", key,
@@ -180,7 +155,6 @@ heartbeats_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 			free(key);
 			json_object_del(heard, session);
 		}
-		json_decref(names);
 	}
 	json_decref(f);
 }
@@ -209,7 +183,7 @@ lock_cb(struct redisAsyncContext *ac, void *reply, void *arg)
 static void
 forget_expired(void)
 {
-	double now = sandboxd_now();
+	double now = timing_wall();
 	const char *session;
 	json_t *v;
 	void *tmp;
@@ -222,17 +196,19 @@ forget_expired(void)
 }
 
 void
-shared_reap(void)
+shared_reap(double interval, size_t (*expired)(const char *session,
+    double idle))
 {
 	char *key;
 	long ms;
 
+	expire = expired;
 	/* Also without HEARTBEAT_TIMEOUT: dead instances are swept. */
 	if (!shared_up())
 		return;
 	forget_expired();
 	/* Held past the next round, so one instance reaps a round. */
-	ms = (long)(sessions_reap_interval() * 1000 * 0.9);
+	ms = (long)(interval * 1000 * 0.9);
 	if (ms < 100)
 		ms = 100;
 	key = shared_key("lock:reaper");

@@ -6,6 +6,8 @@
  * per burst of changes), atomic (write a temporary file, rename) and
  * durable (the file is synced before the rename, its directory after), so
  * a power cut leaves the old file or the new one, never an empty one.
+ * The file follows the sandbox table through its hook; what other
+ * modules keep in it (the sessions' activity) they hand over as sections.
  */
 #include "sandboxd.h"
 
@@ -34,7 +36,15 @@ static char instance[TOKEN_HEX_LEN];
 static char *state_path;
 static struct event *write_ev;
 static json_t *loaded;		/* name -> record, from the last run */
+static json_t *loaded_root;	/* the whole file of the last run */
 static int lock_fd = -1;
+/* Parts of the file other modules keep (state_add_section). */
+#define SECTIONS_MAX 4
+static struct {
+	const char *key;
+	json_t *(*save)(void);
+} sections[SECTIONS_MAX];
+static size_t nsections;
 
 const char *
 state_instance(void)
@@ -113,39 +123,6 @@ read_instance(const char *dir, struct error *err)
 	return 0;
 }
 
-static json_t *
-record(const struct sandbox *sb)
-{
-	json_t *r = json_object();
-
-	json_object_set_new(r, "id", json_string(sb->id));
-	json_object_set_new(r, "name", json_string(sb->name));
-	if (sb->container_id != NULL)
-		json_object_set_new(r, "container_id",
-		    json_string(sb->container_id));
-	json_object_set_new(r, "type", json_string(sb->type_name));
-	json_object_set_new(r, "image", json_string(sb->image));
-	json_object_set_new(r, "token", json_string(sb->token));
-	json_object_set_new(r, "port", json_integer(sb->port));
-	if (sb->mount_dir != NULL)
-		json_object_set_new(r, "mount_dir", json_string(sb->mount_dir));
-	json_object_set_new(r, "owns_mount", json_boolean(sb->owns_mount));
-	if (sb->storage_path != NULL)
-		json_object_set_new(r, "storage_path",
-		    json_string(sb->storage_path));
-	if (sb->session != NULL)
-		json_object_set_new(r, "session", json_string(sb->session));
-	json_object_set_new(r, "meta", json_incref(sb->meta));
-	if (sb->network != NULL)
-		json_object_set_new(r, "network", json_incref(sb->network));
-	json_object_set_new(r, "state",
-	    json_string(sandbox_state_name(sb->state)));
-	json_object_set_new(r, "for_pool", json_boolean(sb->for_pool));
-	json_object_set_new(r, "created_at", json_real(sb->created_at));
-	json_object_set_new(r, "timeout", json_real(sb->timeout));
-	return r;
-}
-
 void
 state_flush(void)
 {
@@ -161,10 +138,13 @@ state_flush(void)
 		/* A container may exist from the moment we ask for it; a
 		 * workspace not uploaded yet is the next start's to upload. */
 		if (sb->state != SB_RELEASED || sb->workspace_unsaved)
-			json_array_append_new(list, record(sb));
+			json_array_append_new(list,
+			    sandbox_record(sb, SANDBOX_STATE));
 	}
-	root = json_pack("{s:i,s:s,s:o,s:o}", "version", 1, "instance",
-	    instance, "sandboxes", list, "sessions", sessions_save());
+	root = json_pack("{s:i,s:s,s:o}", "version", 1, "instance",
+	    instance, "sandboxes", list);
+	for (size_t i = 0; i < nsections; i++)
+		json_object_set_new(root, sections[i].key, sections[i].save());
 	text = json_dumps(root, JSON_COMPACT);
 	if (text == NULL)
 		fatal("cannot serialise the state");
@@ -193,18 +173,40 @@ state_dirty(void)
 		tv.tv_sec = STATE_WRITE_DELAY_SHUTDOWN_US / 1000000;
 		tv.tv_usec = STATE_WRITE_DELAY_SHUTDOWN_US % 1000000;
 	}
-	if (shared_enabled())
-		shared_dirty();
 	if (write_ev == NULL || evtimer_pending(write_ev, NULL))
 		return;
 	evtimer_add(write_ev, &tv);
 }
 
 static void
+changed_cb(struct sandbox *sb, void *arg)
+{
+	(void)sb;
+	(void)arg;
+	state_dirty();
+}
+
+void
+state_add_section(const char *key, json_t *(*save)(void))
+{
+	if (nsections == SECTIONS_MAX)
+		fatal("more than %d state file sections", SECTIONS_MAX);
+	sections[nsections].key = key;
+	sections[nsections].save = save;
+	nsections++;
+}
+
+json_t *
+state_loaded_section(const char *key)
+{
+	return loaded_root != NULL ? json_object_get(loaded_root, key) : NULL;
+}
+
+static void
 load(void)
 {
 	json_error_t jerr;
-	json_t *root, *list, *r, *sessions;
+	json_t *root, *list, *r;
 	size_t i;
 
 	loaded = json_object();
@@ -230,10 +232,7 @@ load(void)
 		if (name != NULL)
 			json_object_set(loaded, name, r);
 	}
-	sessions = json_object_get(root, "sessions");
-	if (json_is_object(sessions))
-		sessions_restore(sessions);
-	json_decref(root);
+	loaded_root = root;
 }
 
 int
@@ -259,6 +258,7 @@ state_init(const char *dir, struct error *err)
 	state_path = xasprintf("%s/state.json", dir);
 	write_ev = evtimer_new(sd.base, write_cb, NULL);
 	load();
+	sandbox_hook_add(changed_cb, NULL);
 	return 0;
 }
 
@@ -279,6 +279,8 @@ state_loaded_free(void)
 {
 	json_decref(loaded);
 	loaded = NULL;
+	json_decref(loaded_root);
+	loaded_root = NULL;
 }
 
 void

@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "shared.h"
 #include "spawn.h"
 #include "xmalloc.h"
 

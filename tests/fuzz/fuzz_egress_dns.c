@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -43,18 +42,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The process-wide state the archive's modules name, and its clock
- * (sandbox.c's would bring the whole sandbox table). */
+/* The process-wide state the archive's modules name. */
 struct sandboxd sd;
-
-double
-sandboxd_monotonic(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 #define PACKET_MAX 1500
 #define KEPT 16

@@ -32,6 +32,9 @@ def test_pool_fills_takes_and_refills(start_sandboxd):
     assert s.shell(name, "echo ok")["stdout"] == "ok\n"
     m = s.metrics()
     assert m['sandboxd_pool_takes_total{type="minimal"}'] == 1
+    # Gauges /metrics reads from the pools' configuration and the sessions.
+    assert m['sandboxd_pool_target{type="minimal"}'] == 2
+    assert m["sandboxd_sessions"] == 1
 
     # Refilled in the background back to 2 warm ones.
     wait_until(lambda: pool_ready(s) == 2, 60, what="refill")
