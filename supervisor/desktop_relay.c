@@ -66,12 +66,6 @@ struct desktop_relay {
 static TAILQ_HEAD(, desktop_relay) relays = TAILQ_HEAD_INITIALIZER(relays);
 static size_t nrelays;
 
-size_t
-desktop_relay_count(void)
-{
-	return nrelays;
-}
-
 static void
 relay_free(struct desktop_relay *r)
 {

@@ -735,7 +735,6 @@ void desktop_relay_start(struct http_request *req, struct sandbox *sb,
 void desktop_relay_init(void);
 /* Close every viewer (shutdown). */
 void desktop_relay_close_all(void);
-size_t desktop_relay_count(void);
 
 /* metrics.c */
 enum metric_counter {
