@@ -13,6 +13,7 @@
  * - personality only for the values Docker lets through (Linux, and
  *   UNAME26 / LINUX32 and their queries);
  * - socket of any family but AF_VSOCK (the host's hypervisor sockets);
+ * - io_uring never (ENOSYS), as Docker 25 and later;
  * - keyctl, add_key, request_key, userfaultfd, pivot_root, kexec, swapon
  *   and the like never (not in the list).
  * System calls of the 32-bit x86 and x32 ABIs are filtered alike.
@@ -64,8 +65,7 @@ static const char *const allowed[] = {
 	"gettimeofday", "getuid", "getuid32", "getxattr", "inotify_add_watch",
 	"inotify_init", "inotify_init1", "inotify_rm_watch", "io_cancel",
 	"io_destroy", "io_getevents", "io_pgetevents", "io_pgetevents_time64",
-	"io_setup", "io_submit", "io_uring_enter", "io_uring_register",
-	"io_uring_setup", "ioctl", "ioprio_get", "ioprio_set", "ipc", "kill",
+	"io_setup", "io_submit", "ioctl", "ioprio_get", "ioprio_set", "ipc", "kill",
 	"landlock_add_rule", "landlock_create_ruleset",
 	"landlock_restrict_self", "lchown", "lchown32", "lgetxattr", "link",
 	"linkat", "listen", "listxattr", "llistxattr", "_llseek",
@@ -154,6 +154,11 @@ static const unsigned long personalities[] = {
 	0x0, 0x0008, 0x20000, 0x20008, 0xffffffff,
 };
 
+static const int io_uring[] = {
+	SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
+	SCMP_SYS(io_uring_register),
+};
+
 /* Profiles compiled so far, by the capabilities that matter to them. */
 static struct compiled {
 	unsigned mask;
@@ -215,6 +220,13 @@ add_rules(scmp_filter_ctx ctx, unsigned mask)
 			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS),
 			    SCMP_SYS(clone3), 0);
 	}
+	/* io_uring runs its operations in kernel workers that seccomp never
+	 * sees, and has been the way out of many a container: Docker 25
+	 * dropped it from its profile. ENOSYS, as clone3, so that libraries
+	 * fall back to epoll and plain reads. */
+	for (size_t i = 0; rc == 0 && i < sizeof io_uring / sizeof io_uring[0];
+	    i++)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), io_uring[i], 0);
 	for (size_t i = 0; rc == 0 && i < sizeof personalities /
 	    sizeof personalities[0]; i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality),

@@ -34,8 +34,8 @@ AGENT = "/usr/local/bin/sandbox-agent"
 # What a sandbox must not be able to do: each must fail (an errno).
 DENIED = ["mount_tmpfs", "mount_cgroup", "sysrq_trigger", "proc_sys",
           "cgroup_mkdir", "cgroup_procs", "release_agent", "mknod_block",
-          "mknod_mem", "open_mem", "keyctl", "add_key", "unshare_user",
-          "unshare_mount", "clone_newuser", "setns", "reboot",
+          "mknod_mem", "open_mem", "keyctl", "add_key", "io_uring_setup",
+          "unshare_user", "unshare_mount", "clone_newuser", "setns", "reboot",
           "ptrace_pid1", "environ_pid1", "mem_pid1"]
 
 pytestmark = pytest.mark.skipif(shutil.which("crun") is None or

@@ -70,6 +70,7 @@ static void
 probe(void)
 {
 	char cg[256], path[512];
+	long io_params[16] = { 0 };	/* struct io_uring_params: 120 bytes */
 	pid_t pid;
 	int st;
 
@@ -95,6 +96,9 @@ probe(void)
 	    "probe"));
 	report("add_key", (int)syscall(SYS_add_key, "user", "k", "v", 1,
 	    KEY_SPEC_PROCESS_KEYRING));
+	/* io_uring's operations run where seccomp does not look. */
+	report("io_uring_setup", (int)syscall(SYS_io_uring_setup, 4,
+	    io_params));
 	report("unshare_user", unshare(CLONE_NEWUSER));
 	report("unshare_mount", unshare(CLONE_NEWNS));
 	pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL,
