@@ -414,6 +414,10 @@ setup(int argc, char **argv)
 		shared_records_init();
 		shared_start();
 	}
+	if (sandboxd_rmtree_init(sd.base, &err) < 0) {
+		fprintf(stderr, "sandboxd: removals: %s\n", err.msg);
+		return 1;
+	}
 	oss_init(sd.base, sd.cfg.state_dir);
 	sessions_init();
 	desktop_relay_init();

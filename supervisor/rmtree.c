@@ -119,6 +119,17 @@ deferred_cb(evutil_socket_t fd, short what, void *arg)
 	done_cb(arg);
 }
 
+/* Made at start: a failure is then a start-up error, not a fatal exit
+ * at some release, and the pool's descriptor is there from the first. */
+int
+sandboxd_rmtree_init(struct event_base *base, struct error *err)
+{
+	if (pool == NULL && (pool = work_pool_new(base, RMTREE_THREADS,
+	    err)) == NULL)
+		return -1;
+	return 0;
+}
+
 void
 sandboxd_rmtree(struct event_base *base, const char *path,
     sandboxd_rmtree_cb done, void *arg)
@@ -129,8 +140,7 @@ sandboxd_rmtree(struct event_base *base, const char *path,
 	job->path = xstrdup(path);
 	job->done = done;
 	job->arg = arg;
-	if (pool == NULL && (pool = work_pool_new(base, RMTREE_THREADS,
-	    &err)) == NULL)
+	if (sandboxd_rmtree_init(base, &err) < 0)
 		fatal("removals: %s", err.msg);
 	if (work_pool_submit(pool, run_cb, done_cb, job, &err) < 0) {
 		/* No thread to be had: rm does it (E2BIG as for a deep tree). */

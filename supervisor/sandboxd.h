@@ -519,6 +519,8 @@ int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
  * done(path, 0 or an errno, arg) then runs on the loop; E2BIG: a tree
  * deeper than it takes, what is left of it for rm to finish. */
 typedef void (*sandboxd_rmtree_cb)(const char *path, int error, void *arg);
+/* Its worker threads' pool, made at start (else at the first removal). */
+int sandboxd_rmtree_init(struct event_base *base, struct error *err);
 void sandboxd_rmtree(struct event_base *base, const char *path,
     sandboxd_rmtree_cb done, void *arg);
 /* The same here and now (-1 with errno). */
