@@ -227,3 +227,81 @@ def test_start_pid_is_the_process_and_signals_reach_it(pair):
     assert (tty.startswith("/dev/pts/"), shown) == (True, str(pid)), out
     assert end["exitCode"] == 0
     assert len(TEMPLATED_RE.findall(a.read_log())) == before
+
+
+# Run by a command a Start made, about the bash that is its parent: the
+# token (given reversed, so that it is in no text bash holds) in that
+# bash's environment, command line or readable memory; its descriptors;
+# and a SIGSTOP to every other process under the agent (the template, the
+# waiting pairs, the keepers), each of which must be refused.
+HOSTILE_PROBE = r"""
+import os, signal, sys
+token = sys.argv[1][::-1].encode()
+bash, agent = os.getppid(), int(sys.argv[2])
+found = [n for n in ("environ", "cmdline")
+         if token in open(f"/proc/{bash}/{n}", "rb").read()]
+with open(f"/proc/{bash}/maps") as maps, \
+        open(f"/proc/{bash}/mem", "rb", 0) as mem:
+    for line in maps:
+        f = line.split()
+        if "r" not in f[1]:
+            continue
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        try:
+            mem.seek(lo)
+            if token in mem.read(hi - lo):
+                found.append(f[5] if len(f) > 5 else "anonymous")
+        except (OSError, OverflowError):
+            pass
+mine = {bash, os.getpid()}
+others = set()
+for task in os.listdir(f"/proc/{agent}/task"):
+    with open(f"/proc/{agent}/task/{task}/children") as c:
+        others |= {int(p) for p in c.read().split()}
+for p in list(others):
+    try:
+        with open(f"/proc/{p}/task/{p}/children") as c:
+            others |= {int(q) for q in c.read().split()}
+    except OSError:
+        pass
+stopped = []
+for p in sorted(others - mine):
+    try:
+        os.kill(p, signal.SIGSTOP)
+        stopped.append(p)
+    except PermissionError:
+        pass
+    except ProcessLookupError:
+        pass
+print("found", found)
+print("fds", sorted(int(d) for d in os.listdir(f"/proc/{bash}/fd")))
+print("others", len(others - mine) > 0, "stopped", stopped)
+"""
+
+
+@pytest.mark.parametrize("login", [False, True], ids=["bash-c", "bash-lc"])
+def test_a_started_command_reaches_nothing_of_the_agents(start_agent, box,
+                                                         login):
+    """The process a Start made from the root template holds no trace of
+    the agent's token (environment, command line, memory), no descriptor
+    but its three, and cannot stop the template, the waiting pairs or any
+    keeper."""
+    token = "tok-" + os.urandom(12).hex()
+    a = start_agent("--run-as", RUN_AS, "--log-level", "debug", token=token)
+    wait_template(a)
+    r = a.post("/envd/init", {"defaultWorkdir": "/tmp"})
+    assert r.status_code == 204, r.text
+    script = os.path.join(tempfile.mkdtemp(prefix="envd-probe-"), "p.py")
+    os.chmod(os.path.dirname(script), 0o755)
+    with open(script, "w") as f:
+        f.write(HOSTILE_PROBE)
+    os.chmod(script, 0o644)
+    # A list, not one simple command, which bash would exec in its place.
+    cmd = f"python3 {script} {token[::-1]} {a.proc.pid}; exit $?"
+    args = ["-l", "-c", cmd] if login else ["-c", cmd]
+    out, err, end = templated(a, args)
+    assert end["exitCode"] == 0, (out, err)
+    assert "found []\nfds [0, 1, 2]\nothers True stopped []\n" == out, err
+    # The template is still there, and serves the next call.
+    assert templated(a, ["-c", "echo again"])[0] == "again\n"
+    shutil.rmtree(os.path.dirname(script), ignore_errors=True)
