@@ -277,8 +277,10 @@ const ops = {
     const u = await fetch(up, { method: "POST", body: form });
     const down = await sb.downloadUrl(step.path);
     const d = await fetch(down);
-    const tampered = await fetch(down.replace(/signature=v1_./,
-      "signature=v1_A"));
+    // Change the signature's first character to another one: always "A"
+    // left one signature in 64 (those starting with "A") unchanged.
+    const tampered = await fetch(down.replace(/signature=v1_(.)/,
+      (_, c) => `signature=v1_${c === "A" ? "B" : "A"}`));
     return { upload: u.status, download: d.status, text: await d.text(),
              tampered: tampered.status,
              urls: [up, down].map((x) => new URL(x).pathname) };
