@@ -7,6 +7,9 @@
  * user's: no name is followed (O_NOFOLLOW, every entry unlinked from its
  * parent's descriptor), and the depth is bounded (each level holds a
  * descriptor): a deeper tree is told back with E2BIG for rm to finish.
+ * Like rm --one-file-system it stays on the tree's own file system: a
+ * directory mounted inside (a bind a failed unmount left in a bundle)
+ * is kept, with what it shows, and told back with EXDEV.
  */
 #include "sandboxd.h"
 
@@ -38,14 +41,16 @@ struct rmtree_job {
 	void *arg;
 };
 
-/* The entries of the directory at fd, then nothing else. -1 (errno)
- * when the depth ran out or an entry could not go. */
+/* The entries of the directory at fd (on the file system dev), then
+ * nothing else. -1 (errno) when the depth ran out or an entry could not
+ * go; EXDEV when all went but what another file system holds. */
 static int
-empty(int fd, int depth)
+empty(int fd, dev_t dev, int depth)
 {
 	DIR *d = fdopendir(fd);
 	struct dirent *e;
-	int rc = 0;
+	struct stat sub_st;
+	int rc = 0, crossed = 0;
 
 	if (d == NULL) {
 		close(fd);
@@ -72,12 +77,23 @@ empty(int fd, int depth)
 		}
 		sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY |
 		    O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0 || empty(sub, depth + 1) < 0)
+		if (sub >= 0 && fstat(sub, &sub_st) == 0 &&
+		    sub_st.st_dev != dev) {
+			/* A mount point: neither it nor what it shows. */
+			close(sub);
+			crossed = 1;
+			continue;
+		}
+		if (sub < 0 || empty(sub, dev, depth + 1) < 0)
 			rc = -1;
 		else
 			rc = unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
 	}
 	closedir(d);
+	if (rc == 0 && crossed) {
+		errno = EXDEV;
+		rc = -1;
+	}
 	return rc;
 }
 
@@ -85,10 +101,15 @@ int
 sandboxd_rmtree_now(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
 
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -1;
-	if (empty(fd, 0) < 0)
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	if (empty(fd, st.st_dev, 0) < 0)
 		return -1;
 	return rmdir(path) < 0 && errno != ENOENT ? -1 : 0;
 }

@@ -517,7 +517,8 @@ int sandboxd_mkdirs(const char *path, size_t from, mode_t mode);
 
 /* rmtree.c: rm -rf of path, following no name, on a worker thread:
  * done(path, 0 or an errno, arg) then runs on the loop; E2BIG: a tree
- * deeper than it takes, what is left of it for rm to finish. */
+ * deeper than it takes, what is left of it for rm to finish; EXDEV:
+ * a directory mounted inside, kept (as rm --one-file-system would). */
 typedef void (*sandboxd_rmtree_cb)(const char *path, int error, void *arg);
 /* Its worker threads' pool, made at start (else at the first removal). */
 int sandboxd_rmtree_init(struct event_base *base, struct error *err);

@@ -286,7 +286,8 @@ static void
 removed_cb(const char *dir, int error, void *arg)
 {
 	struct fs_job *job = arg;
-	const char *argv[] = { "/bin/rm", "-rf", "--", dir, NULL };
+	const char *argv[] = { "/bin/rm", "-rf", "--one-file-system", "--",
+	    dir, NULL };
 	struct error err;
 
 	free(job->what);

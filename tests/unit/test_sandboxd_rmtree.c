@@ -2,7 +2,8 @@
  * sandboxd_rmtree on real directories: a tree goes, off the loop, its
  * callback on the loop; a link to something outside is removed, never
  * followed, nor is the name itself; a tree deeper than it goes is told
- * back with E2BIG, rm's to finish.
+ * back with E2BIG, rm's to finish; a directory mounted inside is kept
+ * with what it shows (EXDEV), as rm --one-file-system keeps it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +69,9 @@ teardown(void **state)
 	char cmd[600];
 
 	(void)state;
+	/* What a failed test of mounts left mounted. */
+	umount2(at("bundle/a/m"), MNT_DETACH);
+	umount2(at("host"), MNT_DETACH);
 	snprintf(cmd, sizeof cmd, "rm -rf %s", top);
 	return system(cmd);
 }
@@ -161,6 +166,38 @@ test_the_name_itself_is_not_followed(void **state)
 	assert_true(exists(at("target/keep")));
 }
 
+static void
+test_a_mount_inside_is_kept_with_what_it_shows(void **state)
+{
+	(void)state;
+	assert_int_equal(mkdir(at("host"), 0700), 0);
+	assert_int_equal(mkdir(at("bundle"), 0700), 0);
+	assert_int_equal(mkdir(at("bundle/a"), 0700), 0);
+	assert_int_equal(mkdir(at("bundle/a/m"), 0700), 0);
+	make_file(at("bundle/a/f"));
+	/* A bind a failed unmount left behind; a tmpfs makes it another
+	 * file system even where /tmp and host share one. */
+	if (mount("t", at("host"), "tmpfs", 0, "size=64k") < 0) {
+		if (errno == EPERM)
+			skip();	/* not root: no mount to be made */
+		fail_msg("mount: %s", strerror(errno));
+	}
+	make_file(at("host/keep"));
+	assert_int_equal(mount(at("host"), at("bundle/a/m"), NULL, MS_BIND,
+	    NULL), 0);
+	errno = 0;
+	assert_int_equal(sandboxd_rmtree_now(at("bundle")), -1);
+	assert_int_equal(errno, EXDEV);
+	assert_true(exists(at("host/keep")));
+	assert_true(exists(at("bundle/a/m/keep")));
+	/* The rest went. */
+	assert_false(exists(at("bundle/a/f")));
+	assert_int_equal(umount(at("bundle/a/m")), 0);
+	assert_int_equal(umount(at("host")), 0);
+	assert_int_equal(sandboxd_rmtree_now(at("bundle")), 0);
+	assert_false(exists(at("bundle")));
+}
+
 int
 main(void)
 {
@@ -169,6 +206,7 @@ main(void)
 		cmocka_unit_test(test_removal_off_the_loop),
 		cmocka_unit_test(test_a_deep_tree_is_left_to_rm),
 		cmocka_unit_test(test_the_name_itself_is_not_followed),
+		cmocka_unit_test(test_a_mount_inside_is_kept_with_what_it_shows),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
