@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
@@ -239,16 +240,35 @@ crun_op_trash(struct crun *c, const char *name)
 	free(path);
 }
 
+/* Names tried in the trash before giving up on one that is free. */
+#define TRASH_TRIES 64
+
 /* The bundle into the trash, removed from there off the loop and off
- * the answer's path. */
+ * the answer's path. The count behind its name there starts again at
+ * each start of sandboxd, while what the last run left may still be
+ * going: a name that is taken is passed over, never replaced (renaming
+ * onto a directory being emptied would hand it the new one half way). */
 static void
 remove_finish(struct crun_op *op)
 {
 	struct crun *c = op->c;
 	struct crun_box *box = op->box;
-	char *name = xasprintf("%s.%u", box->name, c->trash_seq++);
+	char *name = NULL;
+	int rc = -1;
 
-	if (renameat(c->bundles_fd, box->name, c->trash_fd, name) < 0) {
+	for (int i = 0; i < TRASH_TRIES && rc < 0; i++) {
+		free(name);
+		name = xasprintf("%s.%u", box->name, c->trash_seq++);
+		rc = renameat2(c->bundles_fd, box->name, c->trash_fd, name,
+		    RENAME_NOREPLACE);
+		/* A file system without the flag: a plain rename. */
+		if (rc < 0 && errno == EINVAL)
+			rc = renameat(c->bundles_fd, box->name, c->trash_fd,
+			    name);
+		if (rc < 0 && errno != EEXIST)
+			break;
+	}
+	if (rc < 0) {
 		if (errno != ENOENT)
 			log_warn("crun: cannot move the directory of %s to the "
 			    "trash: %s", box->name, strerror(errno));

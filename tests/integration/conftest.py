@@ -63,7 +63,18 @@ def rss_kib(pid, field="VmRSS"):
     raise KeyError(field)
 
 
-class Agent:
+class LoggedProcess:
+    """A program of ours whose output goes to the file self.log_path
+    (open as self.log)."""
+
+    def read_log(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+
+class Agent(LoggedProcess):
     """A running sandbox-agent on 127.0.0.1 with its own workspace."""
 
     def __init__(self, workspace, extra_args=(), env=None, token="test-token",
@@ -113,12 +124,6 @@ class Agent:
                 pass
             time.sleep(0.02)
         raise RuntimeError("agent did not become healthy: " + self.read_log())
-
-    def read_log(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
 
     def get(self, path, **kw):
         return self.session.get(self.url + path, **kw)

@@ -234,6 +234,33 @@ def test_a_full_disk_gives_a_clear_error_and_leaves_nothing(start_sandboxd,
     assert s.shell(name, "echo ok")["stdout"] == "ok\n"
 
 
+def test_a_name_taken_in_the_trash_leaves_no_bundle(start_sandboxd):
+    """The trash's names count from 0 again at each start, while what the
+    last run left there may still be going: a released sandbox's bundle
+    takes a free name rather than staying where it was (a rename onto a
+    directory that is not empty fails)."""
+    s = crun_sandboxd(start_sandboxd)
+    name = s.create()
+    trash = os.path.join(s.state_dir, "crun", "trash")
+    taken = [os.path.join(trash, f"{name}.{i}") for i in range(3)]
+    for t in taken:
+        os.makedirs(os.path.join(t, "still-going"))
+    s.rpc("release", identity=name)
+    wait_until(lambda: not os.path.exists(os.path.join(s.crun_bundles,
+                                                       name)),
+               30, what="the bundle gone", logs=[s])
+    # Its own trash entry went too; the ones it passed over are as they
+    # were.
+    wait_until(lambda: sorted(os.listdir(trash)) ==
+               [os.path.basename(t) for t in taken], 30,
+               what="only the planted names left in the trash", logs=[s])
+    assert all(os.listdir(t) == ["still-going"] for t in taken)
+    assert "cannot move the directory" not in s.read_log()
+    for t in taken:
+        shutil.rmtree(t)
+    assert s.shell(s.create(), "echo ok")["stdout"] == "ok\n"
+
+
 def test_sigterm_removes_200_live_sandboxes(start_sandboxd):
     n = 200
     s = crun_sandboxd(start_sandboxd, env={

@@ -25,7 +25,7 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, SANDBOXD_BIN, free_port, rss_kib
+from conftest import ROOT, SANDBOXD_BIN, LoggedProcess, free_port, rss_kib
 
 AGENT_BIN = os.path.join(ROOT, "agent", "sandbox-agent")
 BUILD_IMAGE = os.path.join(ROOT, "tools", "build-image")
@@ -109,7 +109,7 @@ def filesystem_tag(base_tag):
     return base_tag
 
 
-class Sandboxd:
+class Sandboxd(LoggedProcess):
     """A running sandboxd on 127.0.0.1 with its own state directory."""
 
     def __init__(self, tag, env=None, args=(), token=None, workdir=None,
@@ -179,12 +179,6 @@ class Sandboxd:
             raise RuntimeError("sandboxd did not answer: " + self.read_log())
         with open(os.path.join(self.state_dir, "instance")) as f:
             self.instance = f.read().strip()
-
-    def read_log(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
 
     # HTTP
 
