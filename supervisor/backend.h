@@ -174,10 +174,25 @@ struct backend_ops {
 	void (*free)(struct backend *b);
 };
 
+/* The core's answer to a backend_police_fn: err, the start fails with
+ * it. */
+typedef void (*backend_cont_cb)(const struct error *err, void *arg);
+/* Called by a backend that can (crun) with a sandbox's new network
+ * namespace (a descriptor, the callee's to close) once its network is up
+ * and before any program of the sandbox runs: the core puts the egress
+ * policy there, so no packet leaves unpoliced, and calls cont (after
+ * the return, or from within). Called for a create and for each start. */
+typedef void (*backend_police_fn)(const char *name, int netns,
+    backend_cont_cb cont, void *arg);
+
 /* Owned by main.c. */
 struct backend {
 	const struct backend_ops *ops;
 	void *impl;
+	/* Set by main.c after backend_new; NULL: none. Docker's network
+	 * namespace is its container's first process's, made by the start
+	 * that runs it: the core polices after the start instead. */
+	backend_police_fn police;
 };
 
 /* 0 when kind is a CONTAINER_DEPLOYMENT sandboxd has, else -1 with err

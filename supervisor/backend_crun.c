@@ -223,11 +223,18 @@ answer(struct crun_op *op)
 void
 crun_op_finish(struct crun_op *op)
 {
-	TAILQ_REMOVE(&op->c->ops, op, entry);
-	if (op->ev != NULL)
-		event_free(op->ev);
-	op->ev = NULL;
-	answer(op);
+	if (!op->answered) {
+		TAILQ_REMOVE(&op->c->ops, op, entry);
+		if (op->ev != NULL)
+			event_free(op->ev);
+		op->ev = NULL;
+		answer(op);
+		op->answered = 1;
+	}
+	/* Given up (crun_abort) while the core's police holds it: freed
+	 * when that calls back. */
+	if (op->policing)
+		return;
 	free(op->id);
 	free(op->agent_addr);
 	free(op->rootfs);

@@ -294,6 +294,14 @@ struct crun_op {
 	int lines;			/* logs */
 	int polls;			/* pause: freezer checks so far */
 	int pending;			/* parts at once still running */
+	/* A bridge sandbox's (re)start with the core's police: crun create
+	 * beside the network's ADD and the police, crun start once all
+	 * three are done (the sandbox's first program runs policed). */
+	backend_police_fn police;
+	int start_after;		/* crun start still to run */
+	int policing;			/* the police holds the op */
+	int answered;			/* answered while policing: freed
+					 * when the police calls back */
 	double timeout;			/* stop */
 	struct event *ev;		/* answer from the loop, or stop's
 					 * deadline */

@@ -45,8 +45,12 @@ run_setup(void *arg)
 	    op->mount_data_plain);
 }
 
-/* A part of a (re)start is over (crun run, the network beside it): when
- * both are, its port is published and what a restart needs saved. */
+static void started_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg);
+
+/* A part of a (re)start is over (crun run or create, the network beside
+ * it): when both are, a created sandbox starts; once it runs, its port
+ * is published and what a restart needs saved. */
 static void
 part_done(struct crun_op *op)
 {
@@ -56,6 +60,14 @@ part_done(struct crun_op *op)
 
 	if (--op->pending > 0)
 		return;
+	if (op->start_after && !op->failed) {
+		const char *args[] = { "start", box->name, NULL };
+
+		op->start_after = 0;
+		op->pending = 1;
+		crun_op_crun(op, args, -1, NULL, started_cb);
+		return;
+	}
 	if (!op->failed && box->host_port > 0 && box->publish == NULL &&
 	    (box->publish = crun_publish_new(op->c->base, box->host_ip,
 	    box->host_port, box->agent_addr, &e)) == NULL)
@@ -83,8 +95,10 @@ ran_cb(int status, const char *out, const char *errtext,
 	int fd;
 
 	(void)out;
-	if (crun_op_job_failed(op, op->kind == CRUN_OP_CREATE ? "run" :
-	    "run (start)", status, errtext, fail_) < 0) {
+	if (crun_op_job_failed(op, op->start_after ? (op->kind ==
+	    CRUN_OP_CREATE ? "create" : "create (start)") : (op->kind ==
+	    CRUN_OP_CREATE ? "run" : "run (start)"), status, errtext,
+	    fail_) < 0) {
 		box->state = BACKEND_DEAD;
 		part_done(op);
 		return;
@@ -108,12 +122,28 @@ ran_cb(int status, const char *out, const char *errtext,
 	part_done(op);
 }
 
+/* The sandbox's first program runs (crun start of a created one). */
+static void
+started_cb(int status, const char *out, const char *errtext,
+    const struct error *fail_, void *arg)
+{
+	struct crun_op *op = arg;
+
+	(void)out;
+	if (crun_op_job_failed(op, op->kind == CRUN_OP_CREATE ? "start" :
+	    "start (start)", status, errtext, fail_) < 0)
+		op->box->state = BACKEND_DEAD;
+	part_done(op);
+}
+
 static void
 run_crun(struct crun_op *op)
 {
 	struct crun_box *box = op->box;
 	char path[4096], pidfile[4096];
-	const char *args[] = { "run", "--detach", "--bundle", box->bundle,
+	const char *run[] = { "run", "--detach", "--bundle", box->bundle,
+	    "--pid-file", pidfile, box->name, NULL };
+	const char *create[] = { "create", "--bundle", box->bundle,
 	    "--pid-file", pidfile, box->name, NULL };
 	int out;
 
@@ -146,7 +176,8 @@ run_crun(struct crun_op *op)
 	op->mount_data_plain = xasprintf("lowerdir=%s,upperdir=%s/upper,"
 	    "workdir=%s/work", box->lowerdir, box->bundle, box->bundle);
 	op->mount_data = xasprintf("%s,volatile", op->mount_data_plain);
-	crun_op_crun(op, args, out, run_setup, ran_cb);
+	crun_op_crun(op, op->start_after ? create : run, out, run_setup,
+	    ran_cb);
 	close(out);
 }
 
@@ -172,27 +203,57 @@ write_etc(struct crun_op *op)
 	return rc;
 }
 
+/* The core's egress policy is in the sandbox's namespace. */
+static void
+policed_cb(const struct error *err, void *arg)
+{
+	struct crun_op *op = arg;
+
+	op->policing = 0;
+	if (op->answered) {
+		/* Given up meanwhile: only the op is left to free. */
+		crun_op_finish(op);
+		return;
+	}
+	if (err != NULL)
+		crun_op_part_failed(op, err);
+	part_done(op);
+}
+
 /* The network is on: /etc/hosts gets the sandbox's address (the file
- * crun bound in, rewritten in place). */
+ * crun bound in, rewritten in place), then the core polices it. */
 static void
 attached_cb(const struct error *err, void *arg)
 {
 	struct crun_op *op = arg;
+	struct error e;
+	int ns;
 
 	if (err != NULL)
 		crun_op_part_failed(op, err);
-	else if (!op->failed)
-		write_etc(op);
+	else if (!op->failed && write_etc(op) == 0 && op->start_after) {
+		if ((ns = crun_net_ns_dup(op->box->net)) >= 0) {
+			op->policing = 1;
+			op->police(op->box->name, ns, policed_cb, op);
+			return;
+		}
+		error_set_errno(&e, 500, errno, "crun: the network namespace "
+		    "of sandbox %s", op->box->name);
+		crun_op_part_failed(op, &e);
+	}
 	part_done(op);
 }
 
 /* crun run, and beside it the network's CNI ADD (the sandbox joins its
  * namespace at once; its agent needs no network to start): the create
- * answers when both have. */
+ * answers when both have. With the core's police, crun create instead,
+ * and crun start once the network is up and policed: no program of the
+ * sandbox's runs before its policy holds. */
 static void
 run_parts(struct crun_op *op)
 {
 	op->pending = op->box->net != NULL ? 2 : 1;
+	op->start_after = op->box->net != NULL && op->police != NULL;
 	if (op->box->net != NULL)
 		crun_net_attach(op->c->jobs, &op->c->net, op->box->net,
 		    attached_cb, op);
@@ -257,6 +318,7 @@ crun_create(struct backend *b, const struct backend_spec *spec,
 
 	op->created = done;
 	op->sent = spec->sent;
+	op->police = b->police;
 	op->agent_addr = xasprintf("unix:%s/agent.sock", spec->agent_dir);
 	if (crun_box_find(c->boxes, spec->name) != NULL) {
 		crun_op_defer_error(op, 409, "crun: a sandbox named %s exists",
@@ -402,6 +464,7 @@ crun_start(struct backend *b, const char *id, backend_done_cb done, void *arg)
 	struct crun_box *box;
 
 	op->done = done;
+	op->police = b->police;
 	if ((box = op->box = crun_op_find(op)) == NULL)
 		return;
 	if (box->state == BACKEND_RUNNING) {

@@ -4,7 +4,10 @@
  * namespace), before its agent is waited for, so no sandbox is handed out
  * or counted warm unpoliced; changed live (PUT /v1/sandboxes/{id}/network);
  * shown in its model. The backend says where its namespace is, egress.c
- * does the rest.
+ * does the rest. A backend that makes the namespace itself (crun) asks
+ * for the policy before the sandbox's first program runs there
+ * (lifecycle_police_early); Docker's exists only once its container runs,
+ * and is policed after the start.
  */
 #include "sandboxd.h"
 
@@ -81,6 +84,64 @@ installed_cb(const struct error *err, void *arg)
 	police_end(p);
 }
 
+/* A backend's police under way (lifecycle_police_early). */
+struct early {
+	struct sandbox *sb;
+	void (*cont)(const struct error *err, void *arg);
+	void *arg;
+	double started;			/* monotonic */
+};
+
+static void
+early_installed_cb(const struct error *err, void *arg)
+{
+	struct early *p = arg;
+
+	if (err == NULL) {
+		p->sb->egress_early = 1;
+		log_debug("sandbox %s: policed before its start in %.1f ms",
+		    p->sb->name, (timing_monotonic() - p->started) * 1e3);
+	}
+	p->cont(err, p->arg);
+	sandbox_unref(p->sb);
+	free(p);
+}
+
+void
+lifecycle_police_early(const char *name, int netns,
+    void (*cont)(const struct error *err, void *arg), void *arg)
+{
+	struct sandbox *sb = sandbox_find(name);
+	struct egress_policy pol;
+	struct error err;
+	struct early *p;
+
+	if (sb == NULL || sb->state == SB_RELEASING ||
+	    sb->state == SB_RELEASED) {
+		close(netns);
+		error_set(&err, 409, "sandbox %s was released while starting",
+		    name);
+		cont(&err, arg);
+		return;
+	}
+	p = xcalloc(1, sizeof *p);
+	sandbox_ref(sb);
+	p->sb = sb;
+	p->cont = cont;
+	p->arg = arg;
+	p->started = timing_monotonic();
+	/* A new namespace: the old one's resolver goes. */
+	egress_free(sb->egress);
+	sb->egress_early = 0;
+	egress_policy_build(&pol, sb->type->egress, sb->network);
+	set_view(sb, &pol);
+	sb->egress = egress_attach(sb->name, netns, &pol, early_installed_cb,
+	    p, &err);
+	egress_policy_free(&pol);
+	if (sb->egress == NULL)
+		early_installed_cb(&err, p);
+}
+
 static void
 netns_cb(int netns, const struct error *err, void *arg)
 {
@@ -117,6 +178,13 @@ lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg)
 {
 	struct police *p = police_new(sb, done, arg);
 
+	/* Policed already, by the backend before this start ran it. */
+	if (sb->egress_early && sb->egress != NULL) {
+		sb->egress_early = 0;
+		sandboxd_defer(police_end_cb, p);
+		return;
+	}
+	sb->egress_early = 0;
 	/* A new container, a new namespace: the old one's resolver goes. */
 	egress_free(sb->egress);
 	sb->egress = NULL;

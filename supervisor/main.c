@@ -391,6 +391,7 @@ setup(int argc, char **argv)
 		return 2;
 	}
 	sandbox_set_id_match(sd.backend->ops->id_abbreviates);
+	sd.backend->police = lifecycle_police_early;
 
 	all_routes = merged_routes(&nroutes);
 	hc.routes = all_routes;

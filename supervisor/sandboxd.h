@@ -298,6 +298,9 @@ struct sandbox {
 					 * NULL: the type's */
 	struct egress *egress;		/* its policy enforced; NULL: none
 					 * (no network, or not yet) */
+	int egress_early;		/* egress is its new container's,
+					 * put in by the backend's police
+					 * before it started */
 	json_t *egress_view;		/* the policy its model shows, set
 					 * with egress; NULL: none */
 	double timeout;
@@ -463,6 +466,11 @@ struct create_request {
  * lists): done(sb, NULL) once the rules are in, or done(sb, err). A
  * sandbox without a network: done at once (after the return). */
 void lifecycle_police(struct sandbox *sb, sandbox_done_cb done, void *arg);
+/* The backend's police (backend_police_fn): the same for the sandbox
+ * named name, in its namespace before its container runs; the
+ * lifecycle_police after that start then has nothing to do. */
+void lifecycle_police_early(const char *name, int netns,
+    void (*cont)(const struct error *err, void *arg), void *arg);
 /* Replace sb's own lists (a checked network object, taken) live: done once
  * they hold. 409 when it is not running or a change is under way. */
 void lifecycle_set_network(struct sandbox *sb, json_t *network,

@@ -10,11 +10,18 @@
  *
  *   crun_probe AGENT [ARGS...]     probe, then exec AGENT ARGS
  *   crun_probe --hog MIB           allocate and touch MIB MiB, then exit 0
+ *   crun_probe --connect IP PORT AGENT [ARGS...]
+ *                                  connect to IP:PORT over TCP as soon as
+ *                                  there is a route, write "connect ERRNO"
+ *                                  (0: connected) to /workspace/connect.out,
+ *                                  then exec AGENT ARGS
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/keyctl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +29,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -150,11 +158,48 @@ hog(long mib)
 	return 0;
 }
 
+/* The sandbox's first program reaching out before anything else can:
+ * the network may come up after it started (no route yet: tried again
+ * each millisecond, for 5 s), the policy must already hold then. */
+static void
+connect_early(const char *ip, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct timeval tv = { 3, 0 };
+	FILE *f;
+	int e = EINVAL;
+
+	a.sin_port = htons((unsigned short)port);
+	if (inet_pton(AF_INET, ip, &a.sin_addr) != 1)
+		return;
+	for (int i = 0; i < 5000; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		/* Bounds connect's wait: a drop shows as EINPROGRESS. */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+		e = connect(fd, (struct sockaddr *)&a, sizeof a) == 0 ? 0 :
+		    errno;
+		close(fd);
+		if (e != ENETUNREACH)
+			break;
+		usleep(1000);
+	}
+	if ((f = fopen("/workspace/connect.out", "we")) != NULL) {
+		fprintf(f, "connect %d\n", e);
+		fclose(f);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--hog") == 0)
 		return hog(atol(argv[2]));
+	if (argc >= 5 && strcmp(argv[1], "--connect") == 0) {
+		connect_early(argv[2], atoi(argv[3]));
+		execv(argv[4], argv + 4);
+		return 127;
+	}
 	if (argc < 2)
 		return 2;
 	out = fopen("/workspace/probe.out", "we");
