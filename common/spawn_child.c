@@ -221,6 +221,13 @@ confine(const struct spawn_options *o, const int fds[3], int *errfd,
 		if (setgroups(0, NULL) < 0 || setgid(o->gid) < 0 ||
 		    setuid(o->uid) < 0)
 			return -1;
+		/* setuid leaves us as dumpable as fs.suid_dumpable says: at 1
+		 * the user could trace this child while it still holds our
+		 * descriptors (the shell template's command keeps them until
+		 * it has told its pid). An exec, or the template once it has
+		 * closed them, makes it the user's again. */
+		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+			return -1;
 	}
 	*kind = SPAWN_MSG_CHDIR;
 	if (o->cwd != NULL && o->cwd_as_user && chdir(o->cwd) < 0)

@@ -544,6 +544,49 @@ test_bad_cwd_says_so(void **state)
 }
 
 static void
+test_a_child_that_became_the_user_is_not_dumpable(void **state)
+{
+	/* With fs.suid_dumpable at 1, setuid leaves a process dumpable: the
+	 * user could trace a child (the shell template's command, which runs
+	 * on without exec) while it still holds our descriptors. */
+	struct spawn_options o = { 0 };
+	int fds[3] = { -1, -1, -1 }, p[2], got = -1, sysfd = -1;
+	char old[8] = "";
+	ssize_t n;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0 || (sysfd = open("/proc/sys/fs/suid_dumpable",
+	    O_RDWR | O_CLOEXEC)) < 0)
+		skip();		/* not root: no user to become */
+	n = read(sysfd, old, sizeof old - 1);
+	assert_true(n > 0);
+	assert_int_equal(pwrite(sysfd, "1\n", 2, 0), 2);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	o.set_ids = 1;
+	o.uid = o.gid = 65534;
+	if ((pid = fork()) == 0) {
+		int d = -2;
+
+		if (spawn_child_confine(&o, fds, -1) == 0)
+			d = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+		if (write(p[1], &d, sizeof d) != (ssize_t)sizeof d)
+			_exit(2);
+		_exit(0);
+	}
+	close(p[1]);
+	n = read(p[0], &got, sizeof got);
+	close(p[0]);
+	waitpid(pid, NULL, 0);
+	/* The host's setting back before any assertion can fail. */
+	assert_int_equal(pwrite(sysfd, old, (size_t)strlen(old), 0),
+	    (ssize_t)strlen(old));
+	close(sysfd);
+	assert_int_equal(n, sizeof got);
+	assert_int_equal(got, 0);
+}
+
+static void
 test_pty_is_the_controlling_terminal(void **state)
 {
 	/* A session of its own whose terminal is its stdin: /dev/tty opens,
@@ -1101,6 +1144,7 @@ main(void)
 		cmocka_unit_test(test_missing_program),
 		cmocka_unit_test(test_search_path),
 		cmocka_unit_test(test_bad_cwd_says_so),
+		cmocka_unit_test(test_a_child_that_became_the_user_is_not_dumpable),
 		cmocka_unit_test(test_pty_is_the_controlling_terminal),
 		cmocka_unit_test(test_not_executable),
 		cmocka_unit_test(test_stdin_dev_null),
