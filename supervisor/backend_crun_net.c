@@ -9,7 +9,9 @@
  * NAT and forwarding are the bridge's, not each sandbox's: rules for the
  * subnet, made once (the first time a bridge sandbox is made) and kept,
  * as Docker keeps docker0's: outgoing traffic masqueraded, and forwarded
- * where the host's FORWARD policy drops (Docker sets it so). With a
+ * where the host's FORWARD policy drops (Docker sets it so), after the
+ * jump to DOCKER-USER so that an operator's rules there hold for these
+ * sandboxes as for Docker's containers. With a
  * router of the operator's on the bridge (SANDBOXD_BRIDGE_GATEWAY) the
  * host is no gateway: frames only cross the bridge. Per sandbox,
  * ipMasq's chain and portmap's rules cost a dozen iptables runs to add and
@@ -294,26 +296,43 @@ plugin_done_cb(int status, const char *out, const char *errtext,
 	call_end(call, NULL);
 }
 
+/* accept RULE...: the rule in FORWARD after the jump to DOCKER-USER,
+ * where an operator's rules for containers are, or first where there is
+ * none; one that an earlier sandboxd put ahead of that jump is moved. */
+#define ACCEPT_FN \
+    "accept() {\n" \
+    "  want=\"-A FORWARD $*\"\n" \
+    "  pos=$(iptables -w -S FORWARD | { n=0 du=0 at=0\n" \
+    "    while read -r l; do\n" \
+    "      case $l in \"-A FORWARD \"*) n=$((n + 1)) ;; *) continue ;; esac\n" \
+    "      [ \"$l\" = \"-A FORWARD -j DOCKER-USER\" ] && du=$n\n" \
+    "      [ $at -eq 0 ] && [ \"$l\" = \"$want\" ] && at=$n\n" \
+    "    done\n" \
+    "    echo $du $at; })\n" \
+    "  du=${pos% *} at=${pos#* }\n" \
+    "  [ \"$at\" -gt \"$du\" ] && return 0\n" \
+    "  iptables -w -I FORWARD $((du + 1)) \"$@\" || return\n" \
+    "  [ \"$at\" -eq 0 ] || iptables -w -D FORWARD \"$at\"\n" \
+    "}\n"
+
 /* The bridge's NAT and forwarding rules, made once per sandboxd, with
  * the subnet and bridge as the script's arguments (never in its text).
  * The host routes for the sandboxes: */
 static const char nat_rules[] =
+    ACCEPT_FN
     "s=$1 b=$2\n"
     "iptables -w -t nat -C POSTROUTING -s \"$s\" ! -o \"$b\" -j MASQUERADE "
     "2>/dev/null || iptables -w -t nat -A POSTROUTING -s \"$s\" ! -o \"$b\" "
     "-j MASQUERADE || exit\n"
-    "iptables -w -C FORWARD -i \"$b\" -j ACCEPT 2>/dev/null || "
-    "iptables -w -I FORWARD -i \"$b\" -j ACCEPT || exit\n"
-    "iptables -w -C FORWARD -o \"$b\" -m conntrack --ctstate "
-    "RELATED,ESTABLISHED -j ACCEPT 2>/dev/null || iptables -w -I FORWARD "
-    "-o \"$b\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n";
+    "accept -i \"$b\" -j ACCEPT || exit\n"
+    "accept -o \"$b\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n";
 /* A router on the bridge does: the host only lets frames cross the bridge
  * (its netfilter sees them when br_netfilter is loaded, as Docker loads
  * it), routing none. */
 static const char bridged_rules[] =
+    ACCEPT_FN
     "b=$2\n"
-    "iptables -w -C FORWARD -i \"$b\" -o \"$b\" -j ACCEPT 2>/dev/null || "
-    "iptables -w -I FORWARD -i \"$b\" -o \"$b\" -j ACCEPT\n";
+    "accept -i \"$b\" -o \"$b\" -j ACCEPT\n";
 
 static struct {
 	int made;

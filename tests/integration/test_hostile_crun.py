@@ -276,6 +276,59 @@ def test_a_name_taken_in_the_trash_leaves_no_bundle(start_sandboxd):
     assert s.shell(s.create(), "echo ok")["stdout"] == "ok\n"
 
 
+def forward_rules():
+    out = subprocess.run(["iptables", "-w", "-S", "FORWARD"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if line.startswith("-A ")]
+
+
+def test_the_operators_docker_user_rules_come_first(start_sandboxd, scratch):
+    """A bridge's forwarding rules go after the jump to DOCKER-USER, where
+    an operator's rules for containers are, and one an earlier sandboxd
+    put ahead of it is moved there. Nothing is sent: the rules are read."""
+    bridge = f"sbf{os.getpid() % 100000}"
+    subnet = f"10.252.{os.getpid() % 200 + 20}.0/24"
+    jump = "-A FORWARD -j DOCKER-USER"
+    made_jump = jump not in forward_rules()
+    made_chain = False
+    ipt = ["iptables", "-w"]
+    try:
+        if made_jump:
+            made_chain = subprocess.run(ipt + ["-N", "DOCKER-USER"],
+                                        capture_output=True).returncode == 0
+            subprocess.run(ipt + ["-A", "FORWARD", "-j", "DOCKER-USER"],
+                           check=True)
+        # Where the previous sandboxd put it: first.
+        subprocess.run(ipt + ["-I", "FORWARD", "1", "-i", bridge, "-j",
+                              "ACCEPT"], check=True)
+        types = write_types(scratch(), {"net": {"from": "minimal",
+                                                "network": "bridge"}})
+        s = crun_sandboxd(start_sandboxd, args=["--types", types], env={
+            "SANDBOXD_BRIDGE": bridge, "SANDBOXD_BRIDGE_SUBNET": subnet})
+        name = s.create("net")
+        assert s.shell(name, "echo up")["stdout"] == "up\n"
+        rules = forward_rules()
+        ours = [i for i, r in enumerate(rules) if f" {bridge} " in r]
+        assert [rules[i] for i in ours] == [
+            f"-A FORWARD -o {bridge} -m conntrack --ctstate "
+            "RELATED,ESTABLISHED -j ACCEPT",
+            f"-A FORWARD -i {bridge} -j ACCEPT"], rules
+        assert min(ours) > rules.index(jump), rules
+        s.rpc("release", identity=name)
+    finally:
+        for r in forward_rules():
+            if f" {bridge} " in r:
+                subprocess.run(ipt + ["-D"] + r.split()[1:])
+        subprocess.run(ipt + ["-t", "nat", "-D", "POSTROUTING", "-s", subnet,
+                              "!", "-o", bridge, "-j", "MASQUERADE"],
+                       capture_output=True)
+        if made_jump:
+            subprocess.run(ipt + ["-D", "FORWARD", "-j", "DOCKER-USER"])
+        if made_chain:
+            subprocess.run(ipt + ["-X", "DOCKER-USER"])
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
 def test_sigterm_removes_200_live_sandboxes(start_sandboxd):
     n = 200
     s = crun_sandboxd(start_sandboxd, env={
