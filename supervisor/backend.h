@@ -195,6 +195,10 @@ struct backend {
 	backend_police_fn police;
 };
 
+/* What reads as empty (files) or not at all (directories) in every
+ * sandbox, whatever the backend: *n paths. */
+const char *const *backend_masked_paths(size_t *n);
+
 /* 0 when kind is a CONTAINER_DEPLOYMENT sandboxd has, else -1 with err
  * naming the key and the kinds there are. */
 int backend_check_kind(const char *kind, struct error *err);

@@ -35,17 +35,6 @@
 #define CPU_PERIOD 100000
 #define RESOLV_MAX (64 * 1024)
 
-/* Docker's, and /proc/interrupts: its per-CPU counts of the host's
- * interrupts (keyboard and network ones among them) tick with what other
- * tenants do, a timing side channel no sandbox needs. */
-static const char *const masked_paths[] = {
-	"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore",
-	"/proc/keys",
-	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-	"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-	"/sys/devices/virtual/powercap",
-};
-
 static const char *const readonly_paths[] = {
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
 	"/proc/sysrq-trigger",
@@ -316,6 +305,8 @@ crun_config_build(const struct crun_config_in *in, struct error *err)
 	struct config_list caps = { 0 };
 	json_int_t uid, gid;
 	json_t *c, *process, *linux, *capset;
+	size_t nmasked;
+	const char *const *masked = backend_masked_paths(&nmasked);
 
 	if (image_user(json_string_value(json_object_get(in->image, "User")),
 	    &uid, &gid, err) < 0)
@@ -340,8 +331,7 @@ crun_config_build(const struct crun_config_in *in, struct error *err)
 	    "namespaces", namespaces(in),
 	    "cgroupsPath", in->cgroup,
 	    "resources", resources(in),
-	    "maskedPaths", strings(masked_paths, sizeof masked_paths /
-	    sizeof masked_paths[0]),
+	    "maskedPaths", strings(masked, nmasked),
 	    "readonlyPaths", strings(readonly_paths, sizeof readonly_paths /
 	    sizeof readonly_paths[0]),
 	    "sysctl", "net.ipv4.ip_unprivileged_port_start", "0",

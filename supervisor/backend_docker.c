@@ -166,6 +166,20 @@ binds(const struct backend_spec *s)
 	return a;
 }
 
+/* In place of Docker's own list (which Debian's 20.10 has without
+ * /proc/interrupts): the same as the crun backend's. */
+static json_t *
+masked_paths(void)
+{
+	size_t n;
+	const char *const *v = backend_masked_paths(&n);
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
 static json_t *
 create_body(const struct backend_spec *s)
 {
@@ -204,6 +218,7 @@ create_body(const struct backend_spec *s)
 	json_object_set_new(host, "CapAdd", caps);
 	json_object_set_new(host, "SecurityOpt",
 	    json_pack("[s]", "no-new-privileges"));
+	json_object_set_new(host, "MaskedPaths", masked_paths());
 	json_object_set_new(host, "NetworkMode", json_string(s->network !=
 	    BACKEND_NET_BRIDGE ? "none" : s->network_name != NULL ?
 	    s->network_name : "bridge"));
