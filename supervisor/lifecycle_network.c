@@ -132,6 +132,7 @@ lifecycle_police_early(const char *name, int netns,
 	p->started = timing_monotonic();
 	/* A new namespace: the old one's resolver goes. */
 	egress_free(sb->egress);
+	sb->egress = NULL;
 	sb->egress_early = 0;
 	egress_policy_build(&pol, sb->type->egress, sb->network);
 	set_view(sb, &pol);
