@@ -48,6 +48,16 @@ run_setup(void *arg)
 static void started_cb(int status, const char *out, const char *errtext,
     const struct error *fail_, void *arg);
 
+/* What an error names a step of crun by: "run", or "run (start)" when
+ * the op is a start. */
+static const char *
+step(const struct crun_op *op, const char *verb, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s%s", verb, op->kind == CRUN_OP_START ?
+	    " (start)" : "");
+	return buf;
+}
+
 /* A part of a (re)start is over (crun run or create, the network beside
  * it): when both are, a created sandbox starts; once it runs, its port
  * is published and what a restart needs saved. */
@@ -88,17 +98,15 @@ ran_cb(int status, const char *out, const char *errtext,
 {
 	struct crun_op *op = arg;
 	struct crun_box *box = op->box;
-	char path[4096], buf[32];
+	char path[4096], buf[32], what[32];
 	struct error e;
 	ssize_t n = -1;
 	pid_t pid = 0;
 	int fd;
 
 	(void)out;
-	if (crun_op_job_failed(op, op->start_after ? (op->kind ==
-	    CRUN_OP_CREATE ? "create" : "create (start)") : (op->kind ==
-	    CRUN_OP_CREATE ? "run" : "run (start)"), status, errtext,
-	    fail_) < 0) {
+	if (crun_op_job_failed(op, step(op, op->start_after ? "create" : "run",
+	    what, sizeof what), status, errtext, fail_) < 0) {
 		box->state = BACKEND_DEAD;
 		part_done(op);
 		return;
@@ -128,10 +136,11 @@ started_cb(int status, const char *out, const char *errtext,
     const struct error *fail_, void *arg)
 {
 	struct crun_op *op = arg;
+	char what[32];
 
 	(void)out;
-	if (crun_op_job_failed(op, op->kind == CRUN_OP_CREATE ? "start" :
-	    "start (start)", status, errtext, fail_) < 0)
+	if (crun_op_job_failed(op, step(op, "start", what, sizeof what),
+	    status, errtext, fail_) < 0)
 		op->box->state = BACKEND_DEAD;
 	part_done(op);
 }

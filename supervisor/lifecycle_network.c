@@ -24,6 +24,9 @@
 struct police {
 	struct sandbox *sb;
 	sandbox_done_cb done;
+	/* A backend's police before the start (lifecycle_police_early):
+	 * its continuation, in place of done. */
+	void (*cont)(const struct error *err, void *arg);
 	void *arg;
 	json_t *network;		/* a change: the new lists */
 	double started;			/* monotonic */
@@ -34,7 +37,13 @@ struct police {
 static void
 police_end(struct police *p)
 {
-	p->done(p->sb, p->failed ? &p->err : NULL, p->arg);
+	if (p->cont != NULL) {
+		/* The lifecycle_police after that start has nothing to do. */
+		p->sb->egress_early = !p->failed;
+		p->cont(p->failed ? &p->err : NULL, p->arg);
+	} else {
+		p->done(p->sb, p->failed ? &p->err : NULL, p->arg);
+	}
 	sandbox_unref(p->sb);
 	json_decref(p->network);
 	free(p);
@@ -84,82 +93,19 @@ installed_cb(const struct error *err, void *arg)
 	police_end(p);
 }
 
-/* A backend's police under way (lifecycle_police_early). */
-struct early {
-	struct sandbox *sb;
-	void (*cont)(const struct error *err, void *arg);
-	void *arg;
-	double started;			/* monotonic */
-};
-
+/* The sandbox's policy into its namespace netns (taken), unless it went
+ * meanwhile. */
 static void
-early_installed_cb(const struct error *err, void *arg)
+police_attach(struct police *p, int netns)
 {
-	struct early *p = arg;
-
-	if (err == NULL) {
-		p->sb->egress_early = 1;
-		log_debug("sandbox %s: policed before its start in %.1f ms",
-		    p->sb->name, (timing_monotonic() - p->started) * 1e3);
-	}
-	p->cont(err, p->arg);
-	sandbox_unref(p->sb);
-	free(p);
-}
-
-void
-lifecycle_police_early(const char *name, int netns,
-    void (*cont)(const struct error *err, void *arg), void *arg)
-{
-	struct sandbox *sb = sandbox_find(name);
-	struct egress_policy pol;
-	struct error err;
-	struct early *p;
-
-	if (sb == NULL || sb->state == SB_RELEASING ||
-	    sb->state == SB_RELEASED) {
-		close(netns);
-		error_set(&err, 409, "sandbox %s was released while starting",
-		    name);
-		cont(&err, arg);
-		return;
-	}
-	p = xcalloc(1, sizeof *p);
-	sandbox_ref(sb);
-	p->sb = sb;
-	p->cont = cont;
-	p->arg = arg;
-	p->started = timing_monotonic();
-	/* A new namespace: the old one's resolver goes. */
-	egress_free(sb->egress);
-	sb->egress = NULL;
-	sb->egress_early = 0;
-	egress_policy_build(&pol, sb->type->egress, sb->network);
-	set_view(sb, &pol);
-	sb->egress = egress_attach(sb->name, netns, &pol, early_installed_cb,
-	    p, &err);
-	egress_policy_free(&pol);
-	if (sb->egress == NULL)
-		early_installed_cb(&err, p);
-}
-
-static void
-netns_cb(int netns, const struct error *err, void *arg)
-{
-	struct police *p = arg;
 	struct sandbox *sb = p->sb;
 	struct egress_policy pol;
 
-	if (err != NULL || sb->state == SB_RELEASING ||
-	    sb->state == SB_RELEASED) {
-		if (err != NULL)
-			p->err = *err;
-		else
-			error_set(&p->err, 409, "sandbox %s was released while "
-			    "starting", sb->name);
+	if (sb->state == SB_RELEASING || sb->state == SB_RELEASED) {
+		error_set(&p->err, 409, "sandbox %s was released while "
+		    "starting", sb->name);
 		p->failed = 1;
-		if (netns >= 0)
-			close(netns);
+		close(netns);
 		police_end(p);
 		return;
 	}
@@ -172,6 +118,46 @@ netns_cb(int netns, const struct error *err, void *arg)
 		p->failed = 1;
 		police_end(p);
 	}
+}
+
+static void
+netns_cb(int netns, const struct error *err, void *arg)
+{
+	struct police *p = arg;
+
+	if (err != NULL) {
+		p->err = *err;
+		p->failed = 1;
+		if (netns >= 0)
+			close(netns);
+		police_end(p);
+		return;
+	}
+	police_attach(p, netns);
+}
+
+void
+lifecycle_police_early(const char *name, int netns,
+    void (*cont)(const struct error *err, void *arg), void *arg)
+{
+	struct sandbox *sb = sandbox_find(name);
+	struct police *p;
+	struct error err;
+
+	if (sb == NULL) {
+		close(netns);
+		error_set(&err, 409, "sandbox %s was released while starting",
+		    name);
+		cont(&err, arg);
+		return;
+	}
+	p = police_new(sb, NULL, arg);
+	p->cont = cont;
+	/* A new namespace: the old one's resolver goes. */
+	egress_free(sb->egress);
+	sb->egress = NULL;
+	sb->egress_early = 0;
+	police_attach(p, netns);
 }
 
 void
