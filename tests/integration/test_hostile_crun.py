@@ -11,11 +11,14 @@ user and mount namespaces, join another, reboot, and, once the agent is
 PID 1, trace it and read its environment (its token) and memory; then it
 executes the agent. Through the agent: a fork bomb held by the pids
 limit, a memory hog killed by its own limit (sandboxd and the agent go
-on). Failures: a crun that crashes half way through a run and a full disk
-give a clear create error and leave no mount, cgroup, network namespace,
-directory, process or crun state behind. Shutdown removes 200 live
-sandboxes. Every sandboxd here runs the crun backend, whatever
-SANDBOXD_TEST_BACKEND says.
+on). A first program that connects the moment it has a route is refused
+by the egress policy already (in egress_world's closed world). Failures:
+a crun that crashes half way through a run and a full disk give a clear
+create error and leave no mount, cgroup, network namespace, directory,
+process or crun state behind; a name taken in the trash leaves no bundle.
+The bridge's forwarding rules come after DOCKER-USER (read, nothing
+sent). Shutdown removes 200 live sandboxes. Every sandboxd here runs the
+crun backend, whatever SANDBOXD_TEST_BACKEND says.
 """
 import glob
 import os
@@ -27,6 +30,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
+from egress_world import PRIVATE, World
 from sandboxd_fixtures import (minimal_tag, scratch, start_sandboxd,  # noqa: F401
                                wait_until, write_types)
 
@@ -107,6 +111,47 @@ def test_the_container_refuses_what_a_hostile_root_tries(probing):
     # The agent it executed serves on, with the token the probe could not
     # read.
     assert s.shell(name, "echo alive")["stdout"] == "alive\n"
+
+
+@pytest.fixture
+def crun_world():
+    """egress_world's network world for a crun sandboxd: a router namespace
+    with no way out, even when a policy is missing. Requested before
+    start_sandboxd, it goes after the sandboxd does."""
+    world = World(backend="crun")
+    yield world
+    world.close()
+
+
+def test_the_first_program_of_a_sandbox_runs_policed(crun_world,
+                                                     start_sandboxd,
+                                                     scratch, probe_dir):
+    """The network comes up, the egress policy goes in, and only then does
+    the sandbox's first program run: one that connects the moment it has a
+    route is refused as any later one is (a create, and a start after a
+    stop, each a new namespace)."""
+    types = write_types(scratch(), {"early": {
+        "from": "minimal", "network": "bridge",
+        "entrypoint": ["/probe/crun_probe", "--connect", PRIVATE, "80",
+                       AGENT]}})
+    s = crun_sandboxd(start_sandboxd, args=["--types", types], env=dict(
+        crun_world.sandboxd_env(), READONLY_MOUNTS=f"{probe_dir}:/probe"))
+
+    def connected(name):
+        path = os.path.join(s.rpc("get_info", identity=name)["mount_dir"],
+                            "connect.out")
+        with open(path) as f:
+            text = f.read()
+        os.unlink(path)
+        return text
+
+    names = [s.create("early") for _ in range(3)]
+    for name in names:
+        # ECONNREFUSED: the policy's reset.
+        assert connected(name) == "connect 111\n", name
+    assert s.rpc("stop", identity=names[0]) is True
+    assert s.rpc("start", identity=names[0]) is True
+    assert connected(names[0]) == "connect 111\n"
 
 
 def test_a_made_device_node_cannot_be_opened(probing):

@@ -25,10 +25,9 @@ import pytest
 
 from egress_world import (METADATA, PRIVATE, PUBLIC, PUBLIC2, ROUTER_DNS,
                           World)
-from conftest import ROOT
-from sandboxd_fixtures import (BACKEND, BUILD_IMAGE, base_tag,  # noqa
-                               minimal_tag, start_sandboxd, scratch,
-                               wait_until, write_types)
+from sandboxd_fixtures import (BUILD_IMAGE, base_tag, minimal_tag,  # noqa
+                               start_sandboxd, scratch, wait_until,
+                               write_types)
 from test_sandboxd_e2b import KEY, err, ok, run
 
 # Run inside a sandbox: each argument HOST:PORT (a name or an address) is
@@ -470,45 +469,6 @@ def test_a_network_type_may_not_add_net_admin(start_sandboxd, scratch,
     assert s.wait_exit(30) != 0
     s.expected_exit = s.proc.returncode
     assert "cap_add NET_ADMIN is refused with a network" in s.read_log()
-
-
-@pytest.mark.skipif(BACKEND != "crun", reason=(
-    "Docker makes a sandbox's network namespace with its first process, "
-    "and sandboxd can police it only after the start"))
-def test_the_first_program_of_a_sandbox_runs_policed(start_sandboxd, world,
-                                                     scratch, minimal_tag):
-    """The network comes up, the policy goes in, and only then does the
-    sandbox's first program run: one that connects the moment it has a
-    route is refused as any later one is (a create, and a start after a
-    stop, each a new namespace)."""
-    d = scratch()
-    subprocess.run(["cc", "-static", "-O1", "-o", f"{d}/crun_probe",
-                    os.path.join(ROOT, "tests", "integration", "helpers",
-                                 "crun_probe.c")], check=True)
-    os.chmod(d, 0o755)
-    types = write_types(scratch(), {"early": {
-        "from": "minimal", "network": "bridge",
-        "entrypoint": ["/probe/crun_probe", "--connect", PRIVATE, "80",
-                       "/usr/local/bin/sandbox-agent"]}})
-    s = start_sandboxd(env=dict(world.sandboxd_env(),
-                                READONLY_MOUNTS=f"{d}:/probe"),
-                       args=["--types", types])
-
-    def connected(name):
-        path = os.path.join(s.rpc("get_info", identity=name)["mount_dir"],
-                            "connect.out")
-        with open(path) as f:
-            text = f.read()
-        os.unlink(path)
-        return text
-
-    names = [create(s, "early")["container_name"] for _ in range(3)]
-    for name in names:
-        # ECONNREFUSED: the policy's reset.
-        assert connected(name) == "connect 111\n", name
-    assert s.rpc("stop", identity=names[0]) is True
-    assert s.rpc("start", identity=names[0]) is True
-    assert connected(names[0]) == "connect 111\n"
 
 
 def test_the_operators_lists_hold_for_every_sandbox(start_sandboxd, base_tag,

@@ -39,7 +39,10 @@ def sh(*args, check=True):
 
 
 class World:
-    def __init__(self):
+    def __init__(self, backend=BACKEND):
+        """backend: the sandboxd it is for (a test that runs crun
+        whatever the suite's backend says gives "crun")."""
+        self.backend = backend
         self.n = random.randint(2, 250)
         self.suffix = f"{os.getpid() % 10000}{self.n}"
         self.router = f"egr{self.suffix}"
@@ -70,7 +73,7 @@ class World:
         sh(*ns, "ip", "addr", "add", f"{self.gateway}/24", "dev", "wan0")
         for a in (PUBLIC, PUBLIC2, PRIVATE, METADATA, ROUTER_DNS):
             sh(*ns, "ip", "addr", "add", f"{a}/32", "dev", "lo")
-        if BACKEND == "crun":
+        if self.backend == "crun":
             sh("ip", "link", "add", self.bridge, "type", "bridge")
             self.made_bridge = True
             sh("ip", "link", "set", self.parent, "master", self.bridge)
@@ -108,7 +111,7 @@ class World:
 
     def sandboxd_env(self):
         dns = {"SANDBOXD_EGRESS_DNS": f"127.0.0.1:{self.dns_port}"}
-        if BACKEND == "crun":
+        if self.backend == "crun":
             return dict(dns, SANDBOXD_BRIDGE=self.bridge,
                         SANDBOXD_BRIDGE_SUBNET=self.subnet,
                         SANDBOXD_BRIDGE_GATEWAY=self.gateway)
